@@ -1,0 +1,297 @@
+// Package memory is an in-process indexedstorage.Storage: a B-tree of keys per namespace, so that
+// ScanStable seeks in O(log n), and a slice of entries per index. It is the reference backend for the
+// conformance suite and the storage of unit tests; it keeps nothing across a restart.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/btree"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// Store is the memory backend. The zero value is not usable; call New.
+type Store struct {
+	mu         sync.RWMutex
+	namespaces map[string]*namespace
+	closed     bool
+}
+
+type namespace struct {
+	keys    *btree.BTreeG[string]
+	indexes map[string][]is.Entry // ascending ids, never empty
+}
+
+// New returns an empty Store.
+func New() *Store { return &Store{namespaces: make(map[string]*namespace)} }
+
+var _ is.Storage = (*Store)(nil)
+
+// Capabilities: keys come back once each, ascending.
+func (s *Store) Capabilities() is.Capabilities {
+	return is.Capabilities{OrderedScan: true, UniqueScan: true}
+}
+
+// Close drops every index. Later calls return ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.namespaces = nil
+	return nil
+}
+
+// read runs fn under the read lock with the index's entries (nil when missing), after validation.
+func (s *Store) read(ns, key string, fn func(entries []is.Entry)) error {
+	if err := is.ValidateIndex(ns, key); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return is.ErrClosed
+	}
+	if n := s.namespaces[ns]; n != nil {
+		fn(n.indexes[key])
+	} else {
+		fn(nil)
+	}
+	return nil
+}
+
+// write runs fn under the write lock; fn returns the index's new entries (empty removes the index).
+func (s *Store) write(ns, key string, fn func(entries []is.Entry) ([]is.Entry, error)) error {
+	if err := is.ValidateIndex(ns, key); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return is.ErrClosed
+	}
+	n := s.namespaces[ns]
+	var old []is.Entry
+	if n != nil {
+		old = n.indexes[key]
+	}
+	updated, err := fn(old)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(updated) == 0 && n != nil && old != nil:
+		delete(n.indexes, key)
+		n.keys.Delete(key)
+	case len(updated) > 0:
+		if n == nil {
+			n = &namespace{keys: btree.NewG(32, func(a, b string) bool { return a < b }), indexes: map[string][]is.Entry{}}
+			s.namespaces[ns] = n
+		}
+		if old == nil {
+			n.keys.ReplaceOrInsert(key)
+		}
+		n.indexes[key] = updated
+	}
+	return nil
+}
+
+func (s *Store) Exists(_ context.Context, ns, key string) (exists bool, err error) {
+	err = s.read(ns, key, func(entries []is.Entry) { exists = len(entries) > 0 })
+	return exists, err
+}
+
+func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
+	return s.AppendMany(ctx, ns, key, []is.Entry{{ID: id, Value: value}})
+}
+
+func (s *Store) AppendMany(_ context.Context, ns, key string, batch []is.Entry) error {
+	if err := is.ValidateBatch(batch); err != nil {
+		return err
+	}
+	return s.write(ns, key, func(entries []is.Entry) ([]is.Entry, error) {
+		if len(batch) == 0 {
+			return entries, nil
+		}
+		if n := len(entries); n > 0 && batch[0].ID <= entries[n-1].ID {
+			return nil, conflict(batch[0].ID, entries[n-1].ID)
+		}
+		for _, e := range batch {
+			entries = append(entries, is.Entry{ID: e.ID, Value: slices.Clone(orEmpty(e.Value))})
+		}
+		return entries, nil
+	})
+}
+
+func (s *Store) Length(_ context.Context, ns, key string) (n uint64, err error) {
+	err = s.read(ns, key, func(entries []is.Entry) { n = uint64(len(entries)) })
+	return n, err
+}
+
+func (s *Store) Read(_ context.Context, ns, key string, from, to uint64) (out []is.Entry, err error) {
+	lo, hi, ok := is.ClampRange(from, to)
+	err = s.read(ns, key, func(entries []is.Entry) {
+		if !ok {
+			return
+		}
+		for _, e := range entries[search(entries, lo):] {
+			if e.ID > hi {
+				break
+			}
+			out = append(out, copyEntry(e))
+		}
+	})
+	return out, err
+}
+
+func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+	return s.Closest(ctx, ns, key, 0)
+}
+
+func (s *Store) Last(_ context.Context, ns, key string) (last is.Entry, found bool, err error) {
+	err = s.read(ns, key, func(entries []is.Entry) {
+		if n := len(entries); n > 0 {
+			last, found = copyEntry(entries[n-1]), true
+		}
+	})
+	return last, found, err
+}
+
+func (s *Store) Closest(_ context.Context, ns, key string, id uint64) (closest is.Entry, found bool, err error) {
+	err = s.read(ns, key, func(entries []is.Entry) {
+		if i := search(entries, id); i < len(entries) {
+			closest, found = copyEntry(entries[i]), true
+		}
+	})
+	return closest, found, err
+}
+
+func (s *Store) DropPrefix(_ context.Context, ns, key string, upTo uint64) (dropped uint64, err error) {
+	err = s.write(ns, key, func(entries []is.Entry) ([]is.Entry, error) {
+		cut := search(entries, upTo+1)
+		if upTo >= is.MaxID {
+			cut = len(entries)
+		}
+		dropped = uint64(cut)
+		// Copy the survivors so the dropped values are not kept alive by the backing array.
+		return slices.Clone(entries[cut:]), nil
+	})
+	return dropped, err
+}
+
+func (s *Store) Delete(_ context.Context, ns, key string) error {
+	return s.write(ns, key, func([]is.Entry) ([]is.Entry, error) { return nil, nil })
+}
+
+// Scan pages by position: cursor is how many matching keys earlier calls walked past.
+func (s *Store) Scan(_ context.Context, ns, prefix string, cursor uint64, count int) (next uint64, keys []string, err error) {
+	if err := is.ValidateScan(ns, prefix, count); err != nil {
+		return 0, nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, nil, is.ErrClosed
+	}
+	skip := cursor
+	more := false
+	s.ascend(ns, prefix, prefix, func(key string) bool {
+		if skip > 0 {
+			skip--
+			return true
+		}
+		if len(keys) == count {
+			more = true
+			return false
+		}
+		keys = append(keys, key)
+		return true
+	})
+	if more {
+		next = cursor + uint64(len(keys))
+	}
+	return next, keys, nil
+}
+
+// ScanStable seeks past the marker of the last page in the namespace's B-tree.
+func (s *Store) ScanStable(_ context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScan(ns, prefix, count); err != nil {
+		return is.Page{}, err
+	}
+	marker, start, err := from.Marker()
+	if err != nil {
+		return is.Page{}, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return is.Page{}, is.ErrClosed
+	}
+	seek := prefix
+	if !start && marker > seek {
+		seek = marker
+	}
+	var page is.Page
+	more := false
+	s.ascend(ns, prefix, seek, func(key string) bool {
+		if !start && key <= marker {
+			return true
+		}
+		if len(page.Keys) == count {
+			more = true
+			return false
+		}
+		page.Keys = append(page.Keys, key)
+		return true
+	})
+	if more {
+		page.Next = is.MarkerResume(page.Keys[len(page.Keys)-1])
+	} else {
+		page.Done = true
+	}
+	return page, nil
+}
+
+// ascend calls fn for the keys of ns from seek on while they start with prefix and fn returns true.
+// The caller holds the lock.
+func (s *Store) ascend(ns, prefix, seek string, fn func(key string) bool) {
+	n := s.namespaces[ns]
+	if n == nil {
+		return
+	}
+	n.keys.AscendGreaterOrEqual(seek, func(key string) bool {
+		return strings.HasPrefix(key, prefix) && fn(key)
+	})
+}
+
+// search returns the position of the first entry with an id ≥ id.
+func search(entries []is.Entry, id uint64) int {
+	i, _ := slices.BinarySearchFunc(entries, id, func(e is.Entry, id uint64) int {
+		switch {
+		case e.ID < id:
+			return -1
+		case e.ID > id:
+			return 1
+		}
+		return 0
+	})
+	return i
+}
+
+func conflict(id, last uint64) error {
+	return fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, id, last)
+}
+
+func copyEntry(e is.Entry) is.Entry { return is.Entry{ID: e.ID, Value: slices.Clone(orEmpty(e.Value))} }
+
+// orEmpty keeps "an empty value" distinct from nil on every path, as the SQL backends store it.
+func orEmpty(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

@@ -1,0 +1,71 @@
+package indexedstorage
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// RetryPolicy says how often and how patiently Retry tries a transient failure again.
+type RetryPolicy struct {
+	// MaxAttempts is the total number of tries, the first included. Values below 1 mean 1.
+	MaxAttempts int
+	// InitialDelay is the wait after the first failure.
+	InitialDelay time.Duration
+	// MaxDelay caps every wait.
+	MaxDelay time.Duration
+	// Multiplier grows the wait after each further failure. Values below 1 mean 1.
+	Multiplier float64
+	// Jitter spreads each wait uniformly over ±Jitter of itself (0.15 = ±15 %), so that callers who
+	// failed together do not retry together.
+	Jitter float64
+}
+
+// DefaultRetryPolicy: 3 attempts, waits from 100 ms growing ×3 up to 1 s, ±15 % jitter.
+var DefaultRetryPolicy = RetryPolicy{
+	MaxAttempts:  3,
+	InitialDelay: 100 * time.Millisecond,
+	MaxDelay:     time.Second,
+	Multiplier:   3,
+	Jitter:       0.15,
+}
+
+// Delay is the wait after the failed attempt number attempt (1-based), before jitter.
+func (p RetryPolicy) Delay(attempt int) time.Duration {
+	d := float64(p.InitialDelay)
+	for i := 1; i < attempt; i++ {
+		d *= max(p.Multiplier, 1)
+		if d >= float64(p.MaxDelay) {
+			break
+		}
+	}
+	return min(time.Duration(d), p.MaxDelay)
+}
+
+// jittered spreads d by ±Jitter; u is uniform in [0, 1).
+func (p RetryPolicy) jittered(d time.Duration, u float64) time.Duration {
+	if p.Jitter <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) * (1 + p.Jitter*(2*u-1)))
+}
+
+// Retry runs op until it succeeds, returns an error that is not ErrTransient, the policy's attempts
+// are spent, or ctx ends. It returns op's last error; if ctx ended while waiting, the context's error.
+// Only transient errors are retried: a conflict or an invalid argument would fail the same way again.
+func Retry(ctx context.Context, policy RetryPolicy, op func(context.Context) error) error {
+	attempts := max(policy.MaxAttempts, 1)
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil || !IsTransient(err) || attempt >= attempts {
+			return err
+		}
+		timer := time.NewTimer(policy.jittered(policy.Delay(attempt), rand.Float64()))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package storagetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// BenchScanKeys is how many keys the scan benchmarks walk unless the harness says otherwise.
+const BenchScanKeys = 100_000
+
+// BenchPageSize is the page of the scan benchmarks: the sweeper's default page_size.
+const BenchPageSize = 128
+
+const benchNS = "bench/ns"
+
+// Bench runs the backend benchmarks: Append, AppendMany of 1,000, Read of 1,000, DropPrefix of 1,000,
+// and a full ScanStable pass beside the harness's RawWalk over the same keys. Paired alternates the two
+// walks inside each iteration and reports their ratio, so that noise on a shared machine hits both.
+func Bench(b *testing.B, h Harness, scanKeys int) {
+	if scanKeys <= 0 {
+		scanKeys = BenchScanKeys
+	}
+	payload := make([]byte, 100)
+	b.Run("Append", func(b *testing.B) {
+		st, ctx := h.New(b), b.Context()
+		b.ReportAllocs()
+		id := uint64(0)
+		for b.Loop() {
+			id++
+			if err := st.Append(ctx, benchNS, "agent:append", id, payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("AppendMany1000", func(b *testing.B) {
+		st, ctx := h.New(b), b.Context()
+		b.ReportAllocs()
+		next := uint64(1)
+		for b.Loop() {
+			if err := st.AppendMany(ctx, benchNS, "agent:many", batch(next, 1000, payload)); err != nil {
+				b.Fatal(err)
+			}
+			next += 1000
+		}
+		b.ReportMetric(float64(1000*b.N)/b.Elapsed().Seconds(), "entries/s")
+	})
+	b.Run("Read1000", func(b *testing.B) {
+		st, ctx := h.New(b), b.Context()
+		if err := st.AppendMany(ctx, benchNS, "agent:read", batch(1, 1000, payload)); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			entries, err := st.Read(ctx, benchNS, "agent:read", 1, 1000)
+			if err != nil || len(entries) != 1000 {
+				b.Fatalf("Read: %d entries, %v", len(entries), err)
+			}
+		}
+		b.ReportMetric(float64(1000*b.N)/b.Elapsed().Seconds(), "entries/s")
+	})
+	b.Run("DropPrefix1000", func(b *testing.B) {
+		st, ctx := h.New(b), b.Context()
+		next := uint64(1)
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			if err := st.AppendMany(ctx, benchNS, "agent:drop", batch(next, 1000, payload)); err != nil {
+				b.Fatal(err)
+			}
+			next += 1000
+			b.StartTimer()
+			if n, err := st.DropPrefix(ctx, benchNS, "agent:drop", next-1); err != nil || n != 1000 {
+				b.Fatalf("DropPrefix: %d, %v", n, err)
+			}
+		}
+		b.ReportMetric(float64(1000*b.N)/b.Elapsed().Seconds(), "entries/s")
+	})
+	b.Run(fmt.Sprintf("Scan%dk", scanKeys/1000), func(b *testing.B) {
+		st, ctx := h.New(b), b.Context()
+		if err := Populate(ctx, st, benchNS, scanKeys); err != nil {
+			b.Fatal(err)
+		}
+		walk := func(b *testing.B) {
+			if n, err := WalkAll(ctx, st, benchNS, BenchPageSize); err != nil || n < scanKeys {
+				b.Fatalf("ScanStable walk: %d keys, %v", n, err)
+			}
+		}
+		raw := func(b *testing.B) {
+			if n, err := h.RawWalk(ctx, st, benchNS, BenchPageSize); err != nil || n < scanKeys {
+				b.Fatalf("raw walk: %d keys, %v", n, err)
+			}
+		}
+		b.Run("ScanStable", func(b *testing.B) {
+			for b.Loop() {
+				walk(b)
+			}
+			b.ReportMetric(float64(scanKeys*b.N)/b.Elapsed().Seconds(), "keys/s")
+		})
+		if h.RawWalk == nil {
+			return
+		}
+		b.Run("Raw", func(b *testing.B) {
+			for b.Loop() {
+				raw(b)
+			}
+			b.ReportMetric(float64(scanKeys*b.N)/b.Elapsed().Seconds(), "keys/s")
+		})
+		b.Run("Paired", func(b *testing.B) {
+			var stable, native time.Duration
+			for b.Loop() {
+				start := time.Now()
+				walk(b)
+				stable += time.Since(start)
+				start = time.Now()
+				raw(b)
+				native += time.Since(start)
+			}
+			// keys/s of ScanStable over keys/s of the raw loop: 1.0 is parity, the target is ≥ 0.8.
+			b.ReportMetric(native.Seconds()/stable.Seconds(), "stable/raw")
+		})
+	})
+}
+
+func batch(first uint64, n int, payload []byte) []is.Entry {
+	out := make([]is.Entry, n)
+	for i := range out {
+		out[i] = is.Entry{ID: first + uint64(i), Value: payload}
+	}
+	return out
+}
+
+// BenchKey is the key Populate writes for i.
+func BenchKey(i int) string { return fmt.Sprintf("component:agent-%08d", i) }
+
+// Populate writes n one-entry indexes to ns with 8 writers.
+func Populate(ctx context.Context, st is.Storage, ns string, n int) error {
+	const writers = 8
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; i < n && errs[w] == nil; i += writers {
+				errs[w] = st.Append(ctx, ns, BenchKey(i), 1, []byte("entry"))
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WalkAll runs one full ScanStable walk of ns and returns how many keys it was handed (a backend
+// that may repeat keys can return more than there are).
+func WalkAll(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
+	n := 0
+	var from is.Resume
+	for {
+		page, err := st.ScanStable(ctx, ns, "", from, pageSize)
+		if err != nil {
+			return n, err
+		}
+		n += len(page.Keys)
+		if page.Done {
+			return n, nil
+		}
+		from = page.Next
+	}
+}

@@ -1,0 +1,245 @@
+package storagetest
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// The model check drives a backend and a naive model (a sorted slice filtered by prefix and marker)
+// with the same random operations and compares what ScanStable hands back. Keys come from a small
+// alphabet that includes the characters LIKE treats specially, so prefixes collide often.
+const modelAlphabet = "ab_%/"
+
+const modelNS = "test/model"
+
+// model is what the test believes the namespace holds: each key's last id (present keys only).
+type model struct {
+	rng    *rand.Rand
+	f      *fixture
+	last   map[string]uint64
+	count  map[string]int
+	nextID uint64
+}
+
+func newModel(f *fixture, seed uint64) *model {
+	return &model{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), f: f,
+		last: map[string]uint64{}, count: map[string]int{}, nextID: 1}
+}
+
+func (m *model) randomKey() string {
+	b := make([]byte, 1+m.rng.IntN(3))
+	for i := range b {
+		b[i] = modelAlphabet[m.rng.IntN(len(modelAlphabet))]
+	}
+	return string(b)
+}
+
+func (m *model) randomPrefix() string {
+	if m.rng.IntN(4) == 0 {
+		return ""
+	}
+	k := m.randomKey()
+	return k[:min(len(k), 2)]
+}
+
+// mutate applies one random change to both the backend and the model, and reports the key it
+// touched and whether that key is present afterwards.
+func (m *model) mutate() (key string, present bool) {
+	f := m.f
+	key = m.randomKey()
+	if m.count[key] == 0 || m.rng.IntN(2) == 0 {
+		n := 1 + m.rng.IntN(2)
+		for range n {
+			f.append(modelNS, key, m.nextID)
+			m.last[key] = m.nextID
+			m.nextID++
+		}
+		m.count[key] += n
+		return key, true
+	}
+	switch m.rng.IntN(4) {
+	case 0:
+		f.delete(modelNS, key)
+	case 1:
+		f.dropPrefix(modelNS, key, math.MaxUint64)
+	case 2:
+		f.dropPrefix(modelNS, key, m.last[key])
+	default:
+		// Drop all but the last entry: the key stays.
+		if m.count[key] > 1 {
+			f.dropPrefix(modelNS, key, m.last[key]-1)
+			m.count[key] = 1
+		}
+		return key, true
+	}
+	delete(m.last, key)
+	delete(m.count, key)
+	return key, false
+}
+
+// page is the naive ScanStable: the first count present keys with the prefix, after the marker.
+func (m *model) page(prefix string, after *string, count int) []string {
+	var keys []string
+	for k := range m.last {
+		if strings.HasPrefix(k, prefix) && (after == nil || k > *after) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys[:min(count, len(keys))]
+}
+
+func modelSeed(t *testing.T) uint64 {
+	seed := rand.Uint64()
+	if s := os.Getenv("STRATA_MODEL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("STRATA_MODEL_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (rerun with STRATA_MODEL_SEED=%d)", seed, seed)
+	return seed
+}
+
+func testModel(t *testing.T, h Harness) {
+	t.Run("SinglePages", func(t *testing.T) {
+		f := newFixture(t, h)
+		m := newModel(f, modelSeed(t))
+		cases := h.ModelSinglePages
+		if cases == 0 {
+			cases = 2000
+		}
+		for i := range cases {
+			for range m.rng.IntN(3) {
+				m.mutate()
+			}
+			prefix, count := m.randomPrefix(), 1+m.rng.IntN(8)
+			var from is.Resume
+			var after *string
+			if m.rng.IntN(2) == 0 {
+				// Resume from a real token, after changing the namespace under it (perhaps deleting
+				// the very key the token points past).
+				first, err := f.st.ScanStable(f.ctx, modelNS, prefix, is.Resume{}, 1+m.rng.IntN(4))
+				if err != nil {
+					t.Fatalf("case %d: %v", i, err)
+				}
+				if first.Done {
+					continue
+				}
+				from = first.Next
+				if len(first.Keys) > 0 {
+					after = &first.Keys[len(first.Keys)-1]
+				}
+				for range m.rng.IntN(3) {
+					m.mutate()
+				}
+			}
+			page, err := f.st.ScanStable(f.ctx, modelNS, prefix, from, count)
+			if err != nil {
+				t.Fatalf("case %d: ScanStable(%q, %v, %d): %v", i, prefix, from, count, err)
+			}
+			m.checkPage(i, prefix, after, count, page)
+		}
+	})
+
+	t.Run("WalksWithInterleavedChanges", func(t *testing.T) {
+		f := newFixture(t, h)
+		m := newModel(f, modelSeed(t))
+		walks := h.ModelWalks
+		if walks == 0 {
+			walks = 500
+		}
+		for w := range walks {
+			for range m.rng.IntN(12) {
+				m.mutate()
+			}
+			prefix, count := m.randomPrefix(), 1+m.rng.IntN(6)
+			atStart := m.page(prefix, nil, math.MaxInt)
+			everPresent := map[string]bool{}
+			for _, k := range atStart {
+				everPresent[k] = true
+			}
+			removed := map[string]bool{}
+			var returned []string
+			var from is.Resume
+			var after *string
+			for pages := 0; ; pages++ {
+				if pages > 10_000 {
+					t.Fatalf("walk %d did not finish", w)
+				}
+				page, err := f.st.ScanStable(f.ctx, modelNS, prefix, from, count)
+				if err != nil {
+					t.Fatalf("walk %d: %v", w, err)
+				}
+				m.checkPage(w, prefix, after, count, page)
+				f.checkPage(prefix, count, returned, page)
+				returned = append(returned, page.Keys...)
+				if len(page.Keys) > 0 {
+					after = &returned[len(returned)-1]
+				}
+				if page.Done {
+					break
+				}
+				from = page.Next
+				for range m.rng.IntN(4) {
+					key, present := m.mutate()
+					if !present {
+						removed[key] = true
+					} else if strings.HasPrefix(key, prefix) {
+						everPresent[key] = true
+					}
+				}
+			}
+			for _, k := range atStart {
+				if !removed[k] && !slices.Contains(returned, k) {
+					t.Fatalf("walk %d (prefix %q, pages of %d): %q was present throughout and never returned; returned %q",
+						w, prefix, count, k, returned)
+				}
+			}
+			for _, k := range returned {
+				if !everPresent[k] {
+					t.Fatalf("walk %d: returned %q, which was not present during the walk", w, k)
+				}
+			}
+		}
+	})
+}
+
+// checkPage compares a page with the model: exactly the naive page on an ordered backend, a subset of
+// the present keys with the prefix otherwise.
+func (m *model) checkPage(n int, prefix string, after *string, count int, page is.Page) {
+	t := m.f.t
+	t.Helper()
+	if m.f.caps.OrderedScan {
+		want := m.page(prefix, after, count)
+		if !slices.Equal(page.Keys, want) && !(len(page.Keys) == 0 && len(want) == 0) {
+			t.Fatalf("case %d (prefix %q, after %v, count %d): got %q, want %q", n, prefix, deref(after), count, page.Keys, want)
+		}
+		if page.Done && len(m.page(prefix, after, math.MaxInt)) > len(want) {
+			t.Fatalf("case %d (prefix %q, after %v, count %d): Done with keys left", n, prefix, deref(after), count)
+		}
+		return
+	}
+	for _, k := range page.Keys {
+		if !strings.HasPrefix(k, prefix) {
+			t.Fatalf("case %d: prefix %q returned %q", n, prefix, k)
+		}
+		if _, present := m.last[k]; !present {
+			t.Fatalf("case %d: returned %q, which does not exist", n, k)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<start>"
+	}
+	return strconv.Quote(*s)
+}

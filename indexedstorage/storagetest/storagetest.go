@@ -1,0 +1,235 @@
+// Package storagetest is the conformance suite every indexedstorage backend runs, and the benchmarks
+// that compare a backend's ScanStable with its engine's own loop. A backend's _test.go is only a
+// harness:
+//
+//	func TestConformance(t *testing.T) {
+//		storagetest.Run(t, storagetest.Harness{New: func(tb testing.TB) indexedstorage.Storage { ... }})
+//	}
+//
+// The suite is meant to be complete enough that a backend needs no other test for the contract.
+// Stricter checks run only where the backend declares them through indexedstorage.Capabilities.
+package storagetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// Harness hands the suite fresh storage.
+type Harness struct {
+	// New returns an empty Storage, isolated from every other Storage New returns (its own schema,
+	// file, key prefix), and registers its cleanup with tb.Cleanup. The suite may Close it itself;
+	// Close is idempotent by contract.
+	New func(tb testing.TB) is.Storage
+
+	// ModelSinglePages is how many randomized single-page ScanStable cases the model check runs
+	// (default 2000); ModelWalks how many randomized multi-page walks with interleaved inserts and
+	// deletes (default 500). The memory backend runs 200,000 and 20,000.
+	ModelSinglePages int
+	ModelWalks       int
+
+	// RawWalk, used by Bench only, walks every key of ns the way the engine would without strata
+	// (keyset SELECT, SCAN, a sorted slice), pageSize keys a call, and returns how many keys it saw.
+	// st is the Storage New returned, for the harness to reach its engine. nil leaves the raw row out.
+	RawWalk func(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error)
+}
+
+// Run runs the whole suite against the harness.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("storagetest: Harness.New is nil")
+	}
+	t.Run("Contract", func(t *testing.T) { testContract(t, h) })
+	t.Run("Keys", func(t *testing.T) { testKeys(t, h) })
+	t.Run("ScanStable", func(t *testing.T) { testScanStable(t, h) })
+	t.Run("Model", func(t *testing.T) { testModel(t, h) })
+	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, h) })
+}
+
+// fixture is one test's storage and what the helpers need with it.
+type fixture struct {
+	t    *testing.T
+	st   is.Storage
+	caps is.Capabilities
+	ctx  context.Context
+}
+
+func newFixture(t *testing.T, h Harness) *fixture {
+	t.Helper()
+	st := h.New(t)
+	return &fixture{t: t, st: st, caps: is.CapabilitiesOf(st), ctx: t.Context()}
+}
+
+// append writes one entry per id to (ns, key), failing the test on any error.
+func (f *fixture) append(ns, key string, ids ...uint64) {
+	f.t.Helper()
+	for _, id := range ids {
+		if err := f.st.Append(f.ctx, ns, key, id, value(key, id)); err != nil {
+			f.t.Fatalf("Append(%q, %q, %d): %v", ns, key, id, err)
+		}
+	}
+}
+
+// ids returns the ids of (ns, key), checking that each value is the one append wrote.
+func (f *fixture) ids(ns, key string) []uint64 {
+	f.t.Helper()
+	entries, err := f.st.Read(f.ctx, ns, key, 0, ^uint64(0))
+	if err != nil {
+		f.t.Fatalf("Read(%q, %q): %v", ns, key, err)
+	}
+	return entryIDs(f.t, key, entries)
+}
+
+func (f *fixture) exists(ns, key string) bool {
+	f.t.Helper()
+	ok, err := f.st.Exists(f.ctx, ns, key)
+	if err != nil {
+		f.t.Fatalf("Exists(%q, %q): %v", ns, key, err)
+	}
+	return ok
+}
+
+func (f *fixture) length(ns, key string) uint64 {
+	f.t.Helper()
+	n, err := f.st.Length(f.ctx, ns, key)
+	if err != nil {
+		f.t.Fatalf("Length(%q, %q): %v", ns, key, err)
+	}
+	return n
+}
+
+func (f *fixture) dropPrefix(ns, key string, upTo uint64) uint64 {
+	f.t.Helper()
+	n, err := f.st.DropPrefix(f.ctx, ns, key, upTo)
+	if err != nil {
+		f.t.Fatalf("DropPrefix(%q, %q, %d): %v", ns, key, upTo, err)
+	}
+	return n
+}
+
+func (f *fixture) delete(ns, key string) {
+	f.t.Helper()
+	if err := f.st.Delete(f.ctx, ns, key); err != nil {
+		f.t.Fatalf("Delete(%q, %q): %v", ns, key, err)
+	}
+}
+
+// walk runs a whole ScanStable walk with pages of count keys, calling between(page) after each page
+// (nil for none), and returns every key handed back, in order, duplicates kept. It checks the page
+// rules every backend keeps and, where declared, the ordered ones.
+func (f *fixture) walk(ns, prefix string, count int, between func(page []string)) []string {
+	f.t.Helper()
+	var all []string
+	var from is.Resume
+	for pages := 0; ; pages++ {
+		if pages > 100_000 {
+			f.t.Fatalf("ScanStable(%q, %q) did not finish after %d pages", ns, prefix, pages)
+		}
+		page, err := f.st.ScanStable(f.ctx, ns, prefix, from, count)
+		if err != nil {
+			f.t.Fatalf("ScanStable(%q, %q, %v, %d): %v", ns, prefix, from, count, err)
+		}
+		f.checkPage(prefix, count, all, page)
+		all = append(all, page.Keys...)
+		if between != nil {
+			between(page.Keys)
+		}
+		if page.Done {
+			return all
+		}
+		from = page.Next
+	}
+}
+
+// checkPage checks one page against the rules and against the keys earlier pages returned.
+func (f *fixture) checkPage(prefix string, count int, before []string, page is.Page) {
+	f.t.Helper()
+	for _, k := range page.Keys {
+		if len(k) < len(prefix) || k[:len(prefix)] != prefix {
+			f.t.Fatalf("ScanStable with prefix %q returned %q", prefix, k)
+		}
+	}
+	if page.Done && !page.Next.IsStart() {
+		f.t.Fatalf("a Done page must carry the zero Resume, got %v", page.Next)
+	}
+	if !page.Done && page.Next.IsStart() {
+		f.t.Fatalf("a page that is not Done carries the zero Resume: the walk would restart")
+	}
+	if f.caps.OrderedScan {
+		if len(page.Keys) > count {
+			f.t.Fatalf("ordered backend returned %d keys for count %d", len(page.Keys), count)
+		}
+		last := ""
+		if len(before) > 0 {
+			last = before[len(before)-1]
+		}
+		for i, k := range page.Keys {
+			if (i > 0 || len(before) > 0) && k <= last {
+				f.t.Fatalf("ordered backend returned %q after %q", k, last)
+			}
+			last = k
+		}
+	}
+	if f.caps.UniqueScan {
+		seen := make(map[string]bool, len(before))
+		for _, k := range before {
+			seen[k] = true
+		}
+		for _, k := range page.Keys {
+			if seen[k] {
+				f.t.Fatalf("backend declaring unique scans returned %q twice in one walk", k)
+			}
+			seen[k] = true
+		}
+	}
+}
+
+// keySet is a walk's result with duplicates removed (Redis may repeat keys), sorted.
+func keySet(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func value(key string, id uint64) []byte {
+	return []byte(key + "#" + string(rune('a'+id%26)) + "\x00\xff")
+}
+
+func entryIDs(t *testing.T, key string, entries []is.Entry) []uint64 {
+	t.Helper()
+	ids := make([]uint64, len(entries))
+	for i, e := range entries {
+		if want := value(key, e.ID); string(e.Value) != string(want) {
+			t.Fatalf("key %q id %d: value %q, want %q", key, e.ID, e.Value, want)
+		}
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+func span(from, to uint64) []uint64 {
+	var ids []uint64
+	for id := from; id <= to; id++ {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func requireIs(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got error %v, want one matching %v", what, err, target)
+	}
+}
+
+func requireIDs(t *testing.T, got, want []uint64, what string) {
+	t.Helper()
+	if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		t.Fatalf("%s: ids %v, want %v", what, got, want)
+	}
+}

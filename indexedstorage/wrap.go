@@ -1,0 +1,107 @@
+package indexedstorage
+
+import "context"
+
+// Operation names a Storage method in metrics and limiter accounting.
+type Operation string
+
+// The operations of Storage, as they appear in metric labels.
+const (
+	OpExists     Operation = "exists"
+	OpAppend     Operation = "append"
+	OpAppendMany Operation = "append_many"
+	OpLength     Operation = "length"
+	OpRead       Operation = "read"
+	OpFirst      Operation = "first"
+	OpLast       Operation = "last"
+	OpClosest    Operation = "closest"
+	OpDropPrefix Operation = "drop_prefix"
+	OpDelete     Operation = "delete"
+	OpScan       Operation = "scan"
+	OpScanStable Operation = "scan_stable"
+)
+
+// Operations lists every Operation, in the order of the Storage interface.
+var Operations = []Operation{
+	OpExists, OpAppend, OpAppendMany, OpLength, OpRead, OpFirst, OpLast, OpClosest,
+	OpDropPrefix, OpDelete, OpScan, OpScanStable,
+}
+
+// Wrapper is implemented by a Storage that decorates another, such as Limit's and Instrument's.
+type Wrapper interface {
+	Unwrap() Storage
+}
+
+// around is a Storage that runs every operation but Close through one function: the shape shared by
+// the limiter and the instrumentation.
+type around struct {
+	inner Storage
+	call  func(ctx context.Context, op Operation, do func(context.Context) error) error
+}
+
+func (a *around) Unwrap() Storage            { return a.inner }
+func (a *around) Capabilities() Capabilities { return CapabilitiesOf(a.inner) }
+func (a *around) Close() error               { return a.inner.Close() }
+
+func (a *around) Exists(ctx context.Context, ns, key string) (ok bool, err error) {
+	err = a.call(ctx, OpExists, func(ctx context.Context) (e error) { ok, e = a.inner.Exists(ctx, ns, key); return })
+	return
+}
+
+func (a *around) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
+	return a.call(ctx, OpAppend, func(ctx context.Context) error { return a.inner.Append(ctx, ns, key, id, value) })
+}
+
+func (a *around) AppendMany(ctx context.Context, ns, key string, entries []Entry) error {
+	return a.call(ctx, OpAppendMany, func(ctx context.Context) error { return a.inner.AppendMany(ctx, ns, key, entries) })
+}
+
+func (a *around) Length(ctx context.Context, ns, key string) (n uint64, err error) {
+	err = a.call(ctx, OpLength, func(ctx context.Context) (e error) { n, e = a.inner.Length(ctx, ns, key); return })
+	return
+}
+
+func (a *around) Read(ctx context.Context, ns, key string, from, to uint64) (entries []Entry, err error) {
+	err = a.call(ctx, OpRead, func(ctx context.Context) (e error) { entries, e = a.inner.Read(ctx, ns, key, from, to); return })
+	return
+}
+
+func (a *around) First(ctx context.Context, ns, key string) (entry Entry, ok bool, err error) {
+	err = a.call(ctx, OpFirst, func(ctx context.Context) (e error) { entry, ok, e = a.inner.First(ctx, ns, key); return })
+	return
+}
+
+func (a *around) Last(ctx context.Context, ns, key string) (entry Entry, ok bool, err error) {
+	err = a.call(ctx, OpLast, func(ctx context.Context) (e error) { entry, ok, e = a.inner.Last(ctx, ns, key); return })
+	return
+}
+
+func (a *around) Closest(ctx context.Context, ns, key string, id uint64) (entry Entry, ok bool, err error) {
+	err = a.call(ctx, OpClosest, func(ctx context.Context) (e error) { entry, ok, e = a.inner.Closest(ctx, ns, key, id); return })
+	return
+}
+
+func (a *around) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (dropped uint64, err error) {
+	err = a.call(ctx, OpDropPrefix, func(ctx context.Context) (e error) { dropped, e = a.inner.DropPrefix(ctx, ns, key, upTo); return })
+	return
+}
+
+func (a *around) Delete(ctx context.Context, ns, key string) error {
+	return a.call(ctx, OpDelete, func(ctx context.Context) error { return a.inner.Delete(ctx, ns, key) })
+}
+
+func (a *around) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (next uint64, keys []string, err error) {
+	err = a.call(ctx, OpScan, func(ctx context.Context) (e error) {
+		next, keys, e = a.inner.Scan(ctx, ns, prefix, cursor, count)
+		return
+	})
+	return
+}
+
+func (a *around) ScanStable(ctx context.Context, ns, prefix string, from Resume, count int) (page Page, err error) {
+	err = a.call(ctx, OpScanStable, func(ctx context.Context) (e error) {
+		page, e = a.inner.ScanStable(ctx, ns, prefix, from, count)
+		return
+	})
+	return
+}

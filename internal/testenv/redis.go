@@ -1,0 +1,54 @@
+package testenv
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisPrefix returns a key prefix of the test's own and deletes every key under it when the test
+// ends. Tests share one server, so they never FLUSHALL or FLUSHDB.
+func RedisPrefix(tb testing.TB, url string) string {
+	tb.Helper()
+	prefix := UniqueName("strata-test-") + ":"
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Fatalf("%s: %v", RedisEnv, err)
+	}
+	tb.Cleanup(func() {
+		client := redis.NewClient(opts)
+		defer client.Close()
+		ctx, cancel := Context()
+		defer cancel()
+		iter := client.Scan(ctx, 0, escapeGlob(prefix)+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == 1000 {
+				client.Unlink(ctx, keys...)
+				keys = keys[:0]
+			}
+		}
+		if len(keys) > 0 {
+			client.Unlink(ctx, keys...)
+		}
+		if err := iter.Err(); err != nil {
+			tb.Errorf("clean up redis prefix %s: %v", prefix, err)
+		}
+	})
+	return prefix
+}
+
+// escapeGlob escapes the characters Redis MATCH patterns treat specially. The prefix UniqueName makes
+// contains none, but the cleanup must never widen to other tests' keys if that changes.
+func escapeGlob(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			out = append(out, '\\')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}

@@ -1,0 +1,125 @@
+// Package testenv finds the services tests run against. Postgres and Redis tests read
+// STRATA_TEST_POSTGRES_URL and STRATA_TEST_REDIS_URL: unset, the test is skipped with a message naming
+// the variable, unless CI=true, where a missing service fails the test so a broken CI setup can never
+// pass silently. A set URL must point at a loopback address; if its server does not answer, the helper
+// starts the machine's own server once (the commands DEVELOPERS.md gives) before giving up.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	PostgresEnv = "STRATA_TEST_POSTGRES_URL"
+	RedisEnv    = "STRATA_TEST_REDIS_URL"
+)
+
+// InCI reports whether CI=true, where a missing service is a failure rather than a skip.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// PostgresURL returns STRATA_TEST_POSTGRES_URL, skipping or failing the test when it is unset.
+func PostgresURL(tb testing.TB) string {
+	tb.Helper()
+	return serviceURL(tb, PostgresEnv, "5432",
+		"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")
+}
+
+// RedisURL returns STRATA_TEST_REDIS_URL, skipping or failing the test when it is unset.
+func RedisURL(tb testing.TB) string {
+	tb.Helper()
+	return serviceURL(tb, RedisEnv, "6379",
+		`redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no`)
+}
+
+var (
+	startOnce sync.Map // env name → *startResult
+)
+
+type startResult struct {
+	once sync.Once
+	err  error
+}
+
+func serviceURL(tb testing.TB, env, defaultPort, startCommand string) string {
+	tb.Helper()
+	raw := os.Getenv(env)
+	if raw == "" {
+		if InCI() {
+			tb.Fatalf("%s is not set; CI=true requires it (.ci/run exports it after starting the service)", env)
+		}
+		tb.Skipf("%s is not set; set it to run this test against a real server", env)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		tb.Fatalf("%s=%q is not a URL: %v", env, raw, err)
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = defaultPort
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		tb.Fatalf("%s points at %q: tests only ever talk to loopback addresses", env, host)
+	}
+	addr := net.JoinHostPort(host, port)
+	r, _ := startOnce.LoadOrStore(env, &startResult{})
+	res := r.(*startResult)
+	res.once.Do(func() { res.err = ensureListening(addr, startCommand) })
+	if res.err != nil {
+		tb.Fatalf("%s: %v", env, res.err)
+	}
+	return raw
+}
+
+// ensureListening dials addr and, if nothing answers, runs startCommand and waits for it to.
+func ensureListening(addr, startCommand string) error {
+	if dial(addr) == nil {
+		return nil
+	}
+	out, err := exec.Command("sh", "-c", startCommand).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("nothing listens on %s and %q failed: %v: %s", addr, startCommand, err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := dial(addr)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("started with %q, but %s still does not answer: %v", startCommand, addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func dial(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// UniqueName returns prefix followed by random hex, for a test's own schema, database or key prefix.
+func UniqueName(prefix string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Context returns a context for cleanup work, which runs after the test's own context is cancelled.
+func Context() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
