@@ -53,6 +53,11 @@ func (p RetryPolicy) jittered(d time.Duration, u float64) time.Duration {
 // Retry runs op until it succeeds, returns an error that is not ErrTransient, the policy's attempts
 // are spent, or ctx ends. It returns op's last error; if ctx ended while waiting, the context's error.
 // Only transient errors are retried: a conflict or an invalid argument would fail the same way again.
+//
+// A write whose first attempt reached the engine but whose reply was lost is applied; retried, it then
+// meets itself and returns ErrConflict. A caller retrying writes therefore treats a conflict after a
+// transient failure as "possibly written" and re-reads (the archive step reads the target's last index
+// on every run, which is why it converges).
 func Retry(ctx context.Context, policy RetryPolicy, op func(context.Context) error) error {
 	attempts := max(policy.MaxAttempts, 1)
 	for attempt := 1; ; attempt++ {

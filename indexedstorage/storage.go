@@ -8,9 +8,10 @@
 // and '\', which every backend treats literally. Ids run from 1 to MaxID (2^63−1), so they fit a signed
 // 64-bit column on every engine.
 //
-// Every failure a Storage returns can be classified with errors.Is against the sentinels in this
-// package: ErrInvalidArgument, ErrConflict, ErrClosed and ErrTransient. A Storage never panics on a
-// storage error.
+// A Storage classifies the failures it recognises with the sentinels in this package, checked with
+// errors.Is: ErrInvalidArgument, ErrConflict, ErrClosed and ErrTransient. A failure it does not
+// recognise (a table dropped under it, a server out of memory) matches none of them and is to be
+// treated as permanent: only ErrTransient is ever retried. A Storage never panics on a storage error.
 package indexedstorage
 
 import (

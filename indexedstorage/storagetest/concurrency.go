@@ -112,6 +112,31 @@ func testConcurrency(t *testing.T, h Harness) {
 		requireIDs(t, got, span(1, uint64(len(got))), "after racing batches")
 	})
 
+	// The conflict check and the write must be one atomic step, not a read followed by a write: over
+	// last id n, Append(n+2) and AppendMany([n+1, n+3]) cannot both succeed, whichever lands first.
+	// (Racing writers of the same id are caught by a unique key even without atomicity; these are not.)
+	t.Run("ConflictCheckIsAtomicWithTheWrite", func(t *testing.T) {
+		f := newFixture(t, h)
+		for round := range 60 {
+			key := fmt.Sprintf("race-%d", round)
+			f.append(ns, key, 1, 2, 3)
+			var wg sync.WaitGroup
+			var single, many error
+			wg.Go(func() { single = f.st.Append(f.ctx, ns, key, 5, value(key, 5)) })
+			wg.Go(func() { many = f.st.AppendMany(f.ctx, ns, key, entries(key, 4, 6)) })
+			wg.Wait()
+			for _, err := range []error{single, many} {
+				if err != nil && !errors.Is(err, is.ErrConflict) {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+			if (single == nil) == (many == nil) {
+				t.Fatalf("round %d: Append(5) err=%v and AppendMany(4, 6) err=%v; exactly one must conflict (ids now %v)",
+					round, single, many, f.ids(ns, key))
+			}
+		}
+	})
+
 	// The archive step drops what it read while the writer keeps appending above it: whatever the
 	// interleaving, every id appended is either dropped (counted) or still there, never both, never
 	// neither.

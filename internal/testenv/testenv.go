@@ -14,7 +14,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -34,11 +36,49 @@ func PostgresURL(tb testing.TB) string {
 		"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")
 }
 
-// RedisURL returns STRATA_TEST_REDIS_URL, skipping or failing the test when it is unset.
+// RedisURL returns STRATA_TEST_REDIS_URL, skipping or failing the test when it is unset, with its
+// database number replaced by one this test process holds alone (see claimRedisDB).
 func RedisURL(tb testing.TB) string {
 	tb.Helper()
-	return serviceURL(tb, RedisEnv, "6379",
+	raw := serviceURL(tb, RedisEnv, "6379",
 		`redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no`)
+	redisDB.once.Do(func() { redisDB.url, redisDB.err = claimRedisDB(raw) })
+	if redisDB.err != nil {
+		tb.Fatalf("%s: %v", RedisEnv, redisDB.err)
+	}
+	return redisDB.url
+}
+
+var redisDB struct {
+	once sync.Once
+	url  string
+	err  error
+	lock *os.File // held open for the life of the process
+}
+
+// claimRedisDB gives this process a Redis database of its own among 1–15, held by an flock on a file
+// in the temporary directory until the process exits. Key prefixes already isolate tests, but a SCAN
+// costs time in proportion to every key in its database: without this, a package that writes 100,000
+// keys would slow another package's walks, which go test runs at the same time, to a crawl. When all
+// fifteen are taken, the process shares the configured database, prefixes still keeping it correct.
+func claimRedisDB(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	for db := 1; db < 16; db++ {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("strata-test-redis-db-%d.lock", db)), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return "", err
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			redisDB.lock = f
+			u.Path = fmt.Sprintf("/%d", db)
+			return u.String(), nil
+		}
+		f.Close()
+	}
+	return raw, nil
 }
 
 var (
