@@ -1,0 +1,125 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// The query parameters Open reads from a postgres URL and removes before pgx parses it: pgx would send
+// any parameter it does not know to the server as a run-time parameter, and the server would refuse
+// the connection.
+const (
+	ParamSchema           = "schema"
+	ParamMaxConcurrentOps = "max_concurrent_ops"
+)
+
+// reservedConns is how many pool connections the default max_concurrent_ops leaves free of the
+// limiter, for code that reaches the pool directly and so that a slot's holder never waits for a
+// connection.
+const reservedConns = 2
+
+// Open opens the store a postgres:// (or postgresql://) URL names and returns it under
+// indexedstorage.Limit. The URL is any libpq URL, plus two parameters of this package:
+//
+//   - schema: the schema holding the table (default "public"; see Config.Schema);
+//   - max_concurrent_ops: how many operations run at once, an integer ≥ 1 (default: the pool's
+//     maximum connections, pool_max_conns, less 2, at least 1).
+//
+// A bad value is ErrInvalidArgument, naming the parameter.
+func Open(ctx context.Context, rawURL string) (is.Storage, error) {
+	connString, schema, maxOps, err := splitURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	poolConfig, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w: %v", is.ErrInvalidArgument, err)
+	}
+	if maxOps == 0 {
+		maxOps = max(int(poolConfig.MaxConns)-reservedConns, 1)
+	}
+	store, err := newStore(ctx, poolConfig, schema)
+	if err != nil {
+		return nil, err
+	}
+	return is.Limit(store, maxOps), nil
+}
+
+// splitURL removes this package's parameters from rawURL and returns what remains for pgx, the
+// schema, and max_concurrent_ops (0 when absent). Only the query is rewritten, so host lists and
+// socket paths, which net/url cannot parse, pass through untouched.
+func splitURL(rawURL string) (connString, schema string, maxOps int, err error) {
+	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
+		return "", "", 0, fmt.Errorf("%w: Open takes a postgres:// or postgresql:// URL", is.ErrInvalidArgument)
+	}
+	base, rawQuery, _ := strings.Cut(rawURL, "?")
+	query, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", "", 0, fmt.Errorf("%w: URL query: %v", is.ErrInvalidArgument, err)
+	}
+	param := func(name string) (string, bool, error) {
+		values, ok := query[name]
+		query.Del(name)
+		if len(values) > 1 {
+			return "", false, fmt.Errorf("%w: URL parameter %s is given %d times", is.ErrInvalidArgument, name, len(values))
+		}
+		if !ok {
+			return "", false, nil
+		}
+		return values[0], true, nil
+	}
+
+	schema, given, err := param(ParamSchema)
+	switch {
+	case err != nil:
+		return "", "", 0, err
+	case !given:
+		schema = DefaultSchema
+	default:
+		if err := validateSchema(schema); err != nil {
+			return "", "", 0, fmt.Errorf("URL parameter %s: %w", ParamSchema, err)
+		}
+	}
+
+	ops, given, err := param(ParamMaxConcurrentOps)
+	if err != nil {
+		return "", "", 0, err
+	}
+	if given {
+		maxOps, err = strconv.Atoi(ops)
+		if err != nil || maxOps < 1 {
+			return "", "", 0, fmt.Errorf("%w: URL parameter %s=%q: want an integer ≥ 1", is.ErrInvalidArgument, ParamMaxConcurrentOps, ops)
+		}
+	}
+
+	connString = base
+	if len(query) > 0 {
+		connString += "?" + query.Encode()
+	}
+	return connString, schema, maxOps, nil
+}
+
+// validateSchema accepts what can be written as an unquoted identifier, letter case aside: the name is
+// always quoted, so it is used exactly as written.
+func validateSchema(schema string) error {
+	if schema == "" || len(schema) > 63 {
+		return fmt.Errorf("%w: schema name must be 1-63 bytes, got %d", is.ErrInvalidArgument, len(schema))
+	}
+	for i := 0; i < len(schema); i++ {
+		c := schema[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
+		case (c >= '0' && c <= '9' || c == '$') && i > 0:
+		default:
+			return fmt.Errorf("%w: schema name %q: want letters, digits, '_' and '$', not starting with a digit", is.ErrInvalidArgument, schema)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,474 @@
+// Package postgres is the PostgreSQL indexedstorage.Storage, on a pgx/v5 connection pool.
+//
+// Every index lives in one table, index_storage(namespace, key, id, value), whose primary key
+// (namespace, key, id) serves both the per-index reads and the key walks. The table is created by an
+// embedded, versioned migration that New applies under an advisory lock, so any number of processes may
+// start at once. Every statement names its schema: the package never relies on search_path.
+//
+// Appends are serialized per index by a transaction-scoped advisory lock taken in the same implicit
+// transaction as the guarded INSERT, sent together in one round trip. ScanStable is keyset paging over
+// the primary key, bounded by the byte interval of the prefix, so it seeks instead of skipping and is
+// safe while the caller deletes the keys it walks.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// DefaultSchema is the schema a Config without one uses.
+const DefaultSchema = "public"
+
+// tableName is the table the migration creates in the schema.
+const tableName = "index_storage"
+
+// dropBatch is how many entries one DELETE statement of DropPrefix removes. The batches share one
+// transaction, so the drop stays atomic; the bound keeps each statement's work, and the time between
+// two checks of the caller's context, short when an oplog of millions of entries is dropped at once.
+const dropBatch = 5000
+
+// maxPage bounds the rows one key query asks for, whatever count a caller passes; a larger count gets
+// pages of maxPage keys, which the contract allows.
+const maxPage = 1 << 20
+
+// Config configures New.
+type Config struct {
+	// ConnString is a libpq URL or keyword/value string, as pgxpool.ParseConfig reads it (pool_max_conns
+	// and the other pool_* parameters included). Unknown parameters are sent to the server as run-time
+	// parameters: Open strips its own before they get here.
+	ConnString string
+	// Schema holds the table; DefaultSchema ("public") when empty. It is used exactly as written
+	// (quoted), must be 1–63 bytes of letters, digits, '_' and '$' not starting with a digit, and is
+	// created if it does not exist.
+	Schema string
+	// ConfigurePool, when set, adjusts the pool configuration parsed from ConnString before the pool
+	// opens: run-time parameters, MaxConns, a tracer.
+	ConfigurePool func(*pgxpool.Config)
+}
+
+// Store is the Postgres backend. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+	table  string
+	closed atomic.Bool
+
+	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlLast, sqlDropBatch, sqlDelete string
+	// sqlKeys[strict][bounded][positional] pages through keys; see keysSQL.
+	sqlKeys [2][2][2]string
+}
+
+var _ is.Storage = (*Store)(nil)
+
+// New opens a pool on cfg.ConnString and brings the schema up to date. The pool connects lazily, but
+// the migration does not: an unreachable server is an error here, ErrTransient.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	schema := cfg.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := validateSchema(schema); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	poolConfig, err := pgxpool.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w: %v", is.ErrInvalidArgument, err)
+	}
+	if cfg.ConfigurePool != nil {
+		cfg.ConfigurePool(poolConfig)
+	}
+	return newStore(ctx, poolConfig, schema)
+}
+
+func newStore(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*Store, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open pool: %w", classify(err))
+	}
+	if err := migrate(ctx, pool, schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: migrate schema %q: %w", schema, classify(err))
+	}
+	s := &Store{pool: pool, schema: schema, table: pgx.Identifier{schema, tableName}.Sanitize()}
+	s.prepareSQL()
+	return s, nil
+}
+
+func (s *Store) prepareSQL() {
+	t := s.table
+	s.sqlExists = `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`
+	s.sqlLength = `SELECT count(*) FROM ` + t + ` WHERE namespace = $1 AND key = $2`
+	// The last id is read and the batch inserted in one statement, after the caller's advisory lock:
+	// nobody else can append to the index between the check and the write. The data-modifying CTE runs
+	// to completion even though the outer query does not read it.
+	s.sqlAppend = `WITH last AS (
+		SELECT max(id) AS id FROM ` + t + ` WHERE namespace = $1::text AND key = $2::text
+	), inserted AS (
+		INSERT INTO ` + t + ` (namespace, key, id, value)
+		SELECT $1::text, $2::text, batch.id, batch.value
+		FROM unnest($3::bigint[], $4::bytea[]) AS batch(id, value), last
+		WHERE last.id IS NULL OR last.id < $5::bigint
+		RETURNING 1
+	)
+	SELECT id FROM last`
+	s.sqlRead = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id BETWEEN $3 AND $4 ORDER BY id`
+	s.sqlFirstFrom = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id >= $3 ORDER BY id LIMIT 1`
+	s.sqlLast = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 ORDER BY id DESC LIMIT 1`
+	// One batch: the dropBatch smallest ids ≤ upTo, deleted as an id range so the delete walks the
+	// primary key in order. selected tells the caller whether another batch may remain.
+	s.sqlDropBatch = `WITH batch AS (
+		SELECT id FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id <= $3 ORDER BY id LIMIT $4
+	), dropped AS (
+		DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id <= $3 AND id <= (SELECT max(id) FROM batch)
+		RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM dropped)`
+	s.sqlDelete = `DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2`
+	for strict := range 2 {
+		for bounded := range 2 {
+			for positional := range 2 {
+				s.sqlKeys[strict][bounded][positional] = keysSQL(t, strict == 1, bounded == 1, positional == 1)
+			}
+		}
+	}
+}
+
+// keysSQL is the key walk: $1 namespace, $2 the lower bound (exclusive after a marker, inclusive at
+// the prefix), $3 the limit, then $4 the prefix's end when it has one, then the offset of the
+// positional Scan. Bounding by [prefix, end) instead of LIKE keeps every character literal and lets
+// the primary key seek.
+func keysSQL(table string, strict, bounded, positional bool) string {
+	q := `SELECT DISTINCT key FROM ` + table + ` WHERE namespace = $1 AND key `
+	if strict {
+		q += `> $2`
+	} else {
+		q += `>= $2`
+	}
+	next := 4
+	if bounded {
+		q += ` AND key < $4`
+		next++
+	}
+	q += ` ORDER BY key LIMIT $3`
+	if positional {
+		q += fmt.Sprintf(` OFFSET $%d`, next)
+	}
+	return q
+}
+
+// Pool returns the store's connection pool, for code that needs the engine itself (benchmarks).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Table returns the quoted, schema-qualified name of the table.
+func (s *Store) Table() string { return s.table }
+
+// Schema returns the schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// Capabilities: ScanStable hands back each key once, in ascending byte order.
+func (s *Store) Capabilities() is.Capabilities {
+	return is.Capabilities{OrderedScan: true, UniqueScan: true}
+}
+
+// Close closes the pool, waiting for operations under way to release their connections. Later calls
+// return ErrClosed; Close itself is idempotent.
+func (s *Store) Close() error {
+	if !s.closed.Swap(true) {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// start checks what every operation checks before touching the database: its arguments, then Close.
+func (s *Store) start(op string, invalid error) error {
+	if invalid != nil {
+		return fmt.Errorf("postgres %s: %w", op, invalid)
+	}
+	if s.closed.Load() {
+		return fmt.Errorf("postgres %s: %w", op, is.ErrClosed)
+	}
+	return nil
+}
+
+// fail classifies a native error. A store closed under a running operation fails with ErrClosed,
+// whatever the pool made of it.
+func (s *Store) fail(op string, err error) error {
+	if s.closed.Load() {
+		err = is.Classify(is.ErrClosed, err)
+	} else {
+		err = classify(err)
+	}
+	return fmt.Errorf("postgres %s: %w", op, err)
+}
+
+func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
+	if err := s.start("exists", is.ValidateIndex(ns, key)); err != nil {
+		return false, err
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, s.sqlExists, ns, key).Scan(&exists); err != nil {
+		return false, s.fail("exists", err)
+	}
+	return exists, nil
+}
+
+func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
+	return s.appendEntries(ctx, "append", ns, key, []is.Entry{{ID: id, Value: value}})
+}
+
+func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
+	return s.appendEntries(ctx, "append many", ns, key, entries)
+}
+
+// appendEntries takes the index's advisory lock and runs the guarded insert in one implicit
+// transaction, sent as one batch: one round trip. The lock is what makes the check atomic under READ
+// COMMITTED, where a guard alone (INSERT … WHERE NOT EXISTS) lets two appends of 5 and 4 both see 3 as
+// the last id and both succeed. Each statement after the lock takes a fresh snapshot, so the guard
+// sees every append that held the lock before.
+func (s *Store) appendEntries(ctx context.Context, op, ns, key string, entries []is.Entry) error {
+	invalid := is.ValidateIndex(ns, key)
+	if invalid == nil {
+		invalid = is.ValidateBatch(entries)
+	}
+	if err := s.start(op, invalid); err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(entries))
+	values := make([][]byte, len(entries))
+	for i, e := range entries {
+		ids[i] = int64(e.ID)
+		values[i] = e.Value
+		if values[i] == nil {
+			values[i] = []byte{} // the column is NOT NULL: a nil value is stored empty
+		}
+	}
+	var b pgx.Batch
+	b.Queue(`SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, s.lockKey(ns, key))
+	b.Queue(s.sqlAppend, ns, key, ids, values, ids[0])
+	br := s.pool.SendBatch(ctx, &b)
+	var last *int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&last)
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if last != nil && *last >= ids[0] {
+		return fmt.Errorf("postgres %s: %w: id %d is not above the index's last id %d", op, is.ErrConflict, ids[0], *last)
+	}
+	return nil
+}
+
+// lockKey names an index for its advisory lock. Advisory locks are database-wide, so the schema is part
+// of the name; a hash collision only serializes two unrelated indexes.
+func (s *Store) lockKey(ns, key string) string { return s.schema + "." + ns + ":" + key }
+
+func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
+	if err := s.start("length", is.ValidateIndex(ns, key)); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.sqlLength, ns, key).Scan(&n); err != nil {
+		return 0, s.fail("length", err)
+	}
+	return uint64(n), nil
+}
+
+func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is.Entry, error) {
+	if err := s.start("read", is.ValidateIndex(ns, key)); err != nil {
+		return nil, err
+	}
+	lo, hi, ok := is.ClampRange(from, to)
+	if !ok {
+		return nil, nil
+	}
+	rows, _ := s.pool.Query(ctx, s.sqlRead, ns, key, int64(lo), int64(hi))
+	entries, err := pgx.CollectRows(rows, scanEntry)
+	if err != nil {
+		return nil, s.fail("read", err)
+	}
+	return entries, nil
+}
+
+func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+	return s.entry(ctx, "first", ns, key, s.sqlFirstFrom, int64(1))
+}
+
+func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+	return s.entry(ctx, "last", ns, key, s.sqlLast)
+}
+
+func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
+	if id > is.MaxID {
+		// No entry can be at or above it; still validate and honour Close.
+		return is.Entry{}, false, s.start("closest", is.ValidateIndex(ns, key))
+	}
+	return s.entry(ctx, "closest", ns, key, s.sqlFirstFrom, int64(id))
+}
+
+// entry runs a query for at most one entry of the index.
+func (s *Store) entry(ctx context.Context, op, ns, key, sql string, extra ...any) (is.Entry, bool, error) {
+	if err := s.start(op, is.ValidateIndex(ns, key)); err != nil {
+		return is.Entry{}, false, err
+	}
+	rows, _ := s.pool.Query(ctx, sql, append([]any{ns, key}, extra...)...)
+	e, err := pgx.CollectExactlyOneRow(rows, scanEntry)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return is.Entry{}, false, nil
+	case err != nil:
+		return is.Entry{}, false, s.fail(op, err)
+	}
+	return e, true, nil
+}
+
+func scanEntry(row pgx.CollectableRow) (is.Entry, error) {
+	var id int64
+	var value []byte
+	err := row.Scan(&id, &value)
+	if value == nil {
+		value = []byte{}
+	}
+	return is.Entry{ID: uint64(id), Value: value}, err
+}
+
+// DropPrefix deletes in batches of dropBatch inside one transaction: the drop is atomic, and an Append
+// above upTo never conflicts with it (the deletes touch only rows ≤ upTo), so it is never lost. The
+// first batch rides in the same round trip as BEGIN.
+func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
+	if err := s.start("drop prefix", is.ValidateIndex(ns, key)); err != nil {
+		return 0, err
+	}
+	if upTo == 0 {
+		return 0, nil
+	}
+	bound := int64(min(upTo, is.MaxID))
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(s.sqlDropBatch, ns, key, bound, dropBatch)
+	br := s.pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	// A no-op after Commit. When ctx is already done the rollback fails and pgx closes the connection
+	// rather than return it to the pool inside a transaction.
+	defer tx.Rollback(ctx)
+
+	var selected, dropped, total int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&selected, &dropped)
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	for total = dropped; err == nil && selected == dropBatch; total += dropped {
+		err = tx.QueryRow(ctx, s.sqlDropBatch, ns, key, bound, dropBatch).Scan(&selected, &dropped)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return 0, s.fail("drop prefix", err)
+	}
+	return uint64(total), nil
+}
+
+func (s *Store) Delete(ctx context.Context, ns, key string) error {
+	if err := s.start("delete", is.ValidateIndex(ns, key)); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, s.sqlDelete, ns, key); err != nil {
+		return s.fail("delete", err)
+	}
+	return nil
+}
+
+// Scan pages by position (OFFSET): cursor is how many matching keys earlier calls walked past.
+func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
+	invalid := is.ValidateScan(ns, prefix, count)
+	if invalid == nil && cursor > is.MaxID {
+		invalid = fmt.Errorf("%w: cursor %d was not returned by Scan", is.ErrInvalidArgument, cursor)
+	}
+	if err := s.start("scan", invalid); err != nil {
+		return 0, nil, err
+	}
+	keys, more, err := s.keys(ctx, ns, prefix, prefix, false, count, int64(cursor))
+	if err != nil {
+		return 0, nil, s.fail("scan", err)
+	}
+	if !more {
+		return 0, keys, nil
+	}
+	return cursor + uint64(len(keys)), keys, nil
+}
+
+// ScanStable seeks past the last key of the previous page: keyset paging, never OFFSET.
+func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
+	invalid := is.ValidateScan(ns, prefix, count)
+	marker, start, err := from.Marker()
+	if invalid == nil {
+		invalid = err
+	}
+	if err := s.start("scan stable", invalid); err != nil {
+		return is.Page{}, err
+	}
+	// Past a marker that sorts after the prefix, the walk continues strictly above the marker; a walk
+	// from the start (or from a marker before the prefix) starts at the prefix itself.
+	lower, strict := prefix, false
+	if !start && marker >= prefix {
+		lower, strict = marker, true
+	}
+	keys, more, err := s.keys(ctx, ns, prefix, lower, strict, count, -1)
+	if err != nil {
+		return is.Page{}, s.fail("scan stable", err)
+	}
+	if !more {
+		return is.Page{Keys: keys, Done: true}, nil
+	}
+	return is.Page{Keys: keys, Next: is.MarkerResume(keys[len(keys)-1])}, nil
+}
+
+// keys returns up to count keys of ns that start with prefix, from lower on (above it when strict),
+// skipping offset keys unless offset is negative, and whether more follow. It asks for one key more
+// than it returns, so that the last page says it is done without a trailing empty call.
+func (s *Store) keys(ctx context.Context, ns, prefix, lower string, strict bool, count int, offset int64) ([]string, bool, error) {
+	fetch := min(count, maxPage)
+	end, bounded := is.PrefixEnd(prefix)
+	args := []any{ns, lower, int64(fetch) + 1}
+	if bounded {
+		args = append(args, end)
+	}
+	positional := offset >= 0
+	if positional {
+		args = append(args, offset)
+	}
+	rows, _ := s.pool.Query(ctx, s.sqlKeys[b2i(strict)][b2i(bounded)][b2i(positional)], args...)
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, false, err
+	}
+	if len(keys) > fetch {
+		return keys[:fetch], true, nil
+	}
+	return keys, false, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
