@@ -1,0 +1,81 @@
+package redis_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+
+	"github.com/stratalog/strata/backends/redis"
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/indexedstorage/storagetest"
+	"github.com/stratalog/strata/internal/testenv"
+)
+
+func harness() storagetest.Harness {
+	return storagetest.Harness{
+		New:              func(tb testing.TB) is.Storage { return newStore(tb) },
+		ModelSinglePages: 10_000,
+		ModelWalks:       1000,
+		RawWalk:          rawWalk,
+	}
+}
+
+func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
+
+func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), 0) }
+
+// newStore opens a Store of the test's own key prefix through Open, the way an application does.
+func newStore(tb testing.TB) *redis.Store {
+	tb.Helper()
+	raw := testenv.RedisURL(tb)
+	st, err := redis.Open(tb.Context(), withQuery(tb, raw, redis.PrefixParam, testenv.RedisPrefix(tb, raw)))
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
+// withQuery returns raw with one query parameter set.
+func withQuery(tb testing.TB, raw, name, value string) string {
+	tb.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// rawWalk is the loop a Redis user writes without strata: SCAN with the same MATCH pattern and COUNT
+// until the cursor comes back 0, counting keys.
+func rawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
+	s := st.(*redis.Store)
+	match := escapeGlob(s.KeyPrefix()+ns+":") + "*"
+	n, cursor := 0, uint64(0)
+	for {
+		keys, next, err := s.Client().Scan(ctx, cursor, match, int64(pageSize)).Result()
+		if err != nil {
+			return n, err
+		}
+		n += len(keys)
+		if next == 0 {
+			return n, nil
+		}
+		cursor = next
+	}
+}
+
+func escapeGlob(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			out = append(out, '\\')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
