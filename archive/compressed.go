@@ -1,0 +1,94 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
+)
+
+// Compressed is an archive level L ≥ 1 in indexed storage: namespace "{mode}/compressed/{L}", key the
+// agent's key, one entry per chunk with id = the chunk's last index and value = the encoded chunk. It
+// can enumerate its agents, so it can be a sweep source.
+type Compressed struct {
+	st    is.Storage
+	level int
+	name  string
+}
+
+// NewCompressed returns compressed level level (≥ 1) over st.
+func NewCompressed(st is.Storage, level int) (*Compressed, error) {
+	if level < 1 {
+		return nil, fmt.Errorf("compressed archive level must be at least 1, got %d", level)
+	}
+	return &Compressed{st: st, level: level, name: fmt.Sprintf("compressed-%d", level)}, nil
+}
+
+var _ oplog.Layer = (*Compressed)(nil)
+
+func (c *Compressed) Name() string { return c.name }
+
+// Level is the layer's level, the L of its namespace.
+func (c *Compressed) Level() int { return c.level }
+
+func (c *Compressed) ScanNamespace(mode oplog.Mode) (string, bool) {
+	return oplog.CompressedNamespace(mode, c.level), true
+}
+
+func (c *Compressed) Read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit) ([]oplog.Entry, error) {
+	ns := oplog.CompressedNamespace(mode, c.level)
+	return readChunks(ctx, c.name, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {
+		e, ok, err := c.st.Closest(ctx, ns, agent.Key(), uint64(from))
+		if err != nil {
+			return 0, nil, false, fmt.Errorf("%s: read %s: %w", c.name, agent, err)
+		}
+		return oplog.Index(e.ID), e.Value, ok, nil
+	})
+}
+
+func (c *Compressed) FirstIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {
+	e, ok, err := c.st.First(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key())
+	if err != nil || !ok {
+		return 0, false, c.wrap("first index", agent, err)
+	}
+	first, _, err := ChunkSpan(e.Value)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: agent %s, chunk stored under index %d: %w", c.name, agent, e.ID, err)
+	}
+	return first, true, nil
+}
+
+func (c *Compressed) LastIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {
+	e, ok, err := c.st.Last(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key())
+	return oplog.Index(e.ID), ok, c.wrap("last index", agent, err)
+}
+
+// Append writes entries as chunks, all of them in one AppendMany: they land together or not at all.
+func (c *Compressed) Append(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, entries []oplog.Entry) error {
+	chunks, err := encodeChunks(entries)
+	if err != nil {
+		return fmt.Errorf("%s: append to %s: %w", c.name, agent, err)
+	}
+	rows := make([]is.Entry, len(chunks))
+	for i, ch := range chunks {
+		rows[i] = is.Entry{ID: uint64(ch.last), Value: ch.data}
+	}
+	return c.wrap("append", agent, c.st.AppendMany(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key(), rows))
+}
+
+func (c *Compressed) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) error {
+	_, err := c.st.DropPrefix(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key(), uint64(upTo))
+	return c.wrap("drop prefix", agent, err)
+}
+
+func (c *Compressed) Delete(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) error {
+	return c.wrap("delete", agent, c.st.Delete(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key()))
+}
+
+func (c *Compressed) wrap(what string, agent oplog.AgentID, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %s of %s: %w", c.name, what, agent, err)
+}

@@ -1,0 +1,198 @@
+// Package fsblob is an archive.BlobStore on a local directory. A blob path maps to a file path as it
+// is: archive.ValidateBlobPath admits only segments of [A-Za-z0-9%._-] that do not start with '.', and
+// the blob layer escapes agent names into such segments, so no path can climb out of the directory.
+package fsblob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/stratalog/strata/archive"
+)
+
+// Store keeps each blob in a file under its root directory.
+type Store struct {
+	root   string
+	closed atomic.Bool
+}
+
+var _ archive.BlobStore = (*Store)(nil)
+
+// Open returns a Store rooted at dir, creating it if needed.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("fsblob: empty directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fsblob: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("fsblob: %w", err)
+	}
+	return &Store{root: abs}, nil
+}
+
+// Root is the directory the store writes under.
+func (s *Store) Root() string { return s.root }
+
+var errClosed = errors.New("fsblob: store is closed")
+
+func (s *Store) file(path string, isPrefix bool) (string, error) {
+	if s.closed.Load() {
+		return "", errClosed
+	}
+	if err := archive.ValidateBlobPath(path, isPrefix); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.root, filepath.FromSlash(path)), nil
+}
+
+// Put writes data to a temporary file beside the target, syncs it and renames it into place, then syncs
+// the directory: a reader sees the old blob or the whole new one, and once Put returns the blob
+// survives a crash (the archive step drops the layer above right after).
+func (s *Store) Put(_ context.Context, path string, data []byte) error {
+	name, err := s.file(path, false)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(name)
+	// A concurrent Delete may remove the (empty) directory between MkdirAll and CreateTemp: try again.
+	for attempt := 0; ; attempt++ {
+		err = s.put(dir, name, data)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fsblob: put %s: %w", path, err)
+	}
+	return nil
+}
+
+func (s *Store) put(dir, name string, data []byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".put-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename this finds nothing
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), name); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (s *Store) Get(_ context.Context, path string) ([]byte, error) {
+	name, err := s.file(path, false)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", archive.ErrBlobNotFound, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fsblob: get %s: %w", path, err)
+	}
+	return data, nil
+}
+
+// Delete removes the blob and then whichever of its parent directories it left empty, so that drained
+// agents do not leave directories behind. Deleting a missing blob is not an error.
+func (s *Store) Delete(_ context.Context, path string) error {
+	name, err := s.file(path, false)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("fsblob: delete %s: %w", path, err)
+	}
+	for dir := filepath.Dir(name); dir != s.root && strings.HasPrefix(dir, s.root); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break // not empty, or already gone: either way, stop climbing
+		}
+	}
+	return nil
+}
+
+// List walks the deepest directory the prefix names in full and returns the blob paths under it that
+// start with prefix, ascending. Temporary files (names starting with '.') are never listed.
+func (s *Store) List(_ context.Context, prefix string) ([]string, error) {
+	if _, err := s.file(prefix, true); err != nil {
+		return nil, err
+	}
+	dirPart := ""
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		dirPart = prefix[:i]
+	}
+	start := filepath.Join(s.root, filepath.FromSlash(dirPart))
+	var paths []string
+	err := filepath.WalkDir(start, func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // the directory, or one under it, went away during the walk
+			}
+			return err
+		}
+		if strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() && name != start {
+				return fs.SkipDir
+			}
+			if !d.IsDir() {
+				return nil
+			}
+		}
+		if d.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(s.root, name)
+		if err != nil {
+			return err
+		}
+		if p := filepath.ToSlash(rel); strings.HasPrefix(p, prefix) {
+			paths = append(paths, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fsblob: list %s: %w", prefix, err)
+	}
+	slices.Sort(paths)
+	return paths, nil
+}
+
+// Close marks the store closed; files stay on disk.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}

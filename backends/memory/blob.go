@@ -1,0 +1,102 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/btree"
+
+	"github.com/stratalog/strata/archive"
+)
+
+// BlobStore is an in-process archive.BlobStore.
+type BlobStore struct {
+	mu     sync.RWMutex
+	blobs  map[string][]byte
+	paths  *btree.BTreeG[string] // sorted, so List seeks to its prefix
+	closed bool
+}
+
+// NewBlobStore returns an empty BlobStore.
+func NewBlobStore() *BlobStore {
+	return &BlobStore{blobs: map[string][]byte{}, paths: btree.NewG(32, func(a, b string) bool { return a < b })}
+}
+
+var _ archive.BlobStore = (*BlobStore)(nil)
+
+func (s *BlobStore) Put(_ context.Context, path string, data []byte) error {
+	if err := archive.ValidateBlobPath(path, false); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errBlobClosed
+	}
+	s.blobs[path] = slices.Clone(data)
+	s.paths.ReplaceOrInsert(path)
+	return nil
+}
+
+func (s *BlobStore) Get(_ context.Context, path string) ([]byte, error) {
+	if err := archive.ValidateBlobPath(path, false); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errBlobClosed
+	}
+	data, ok := s.blobs[path]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", archive.ErrBlobNotFound, path)
+	}
+	return slices.Clone(data), nil
+}
+
+func (s *BlobStore) Delete(_ context.Context, path string) error {
+	if err := archive.ValidateBlobPath(path, false); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errBlobClosed
+	}
+	delete(s.blobs, path)
+	s.paths.Delete(path)
+	return nil
+}
+
+func (s *BlobStore) List(_ context.Context, prefix string) ([]string, error) {
+	if err := archive.ValidateBlobPath(prefix, true); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errBlobClosed
+	}
+	var paths []string
+	s.paths.AscendGreaterOrEqual(prefix, func(p string) bool {
+		if !strings.HasPrefix(p, prefix) {
+			return false
+		}
+		paths = append(paths, p)
+		return true
+	})
+	return paths, nil
+}
+
+// Close drops every blob; later calls fail.
+func (s *BlobStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed, s.blobs, s.paths = true, nil, nil
+	return nil
+}
+
+var errBlobClosed = fmt.Errorf("memory blob store is closed")

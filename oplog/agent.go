@@ -1,0 +1,98 @@
+// Package oplog is the multi-layer operation log of an agent: the AgentID and Mode that address it, the
+// Layer contract every storage layer implements, the primary layer (one row per entry), and Stack, the
+// oplog across its layers with the archive step that moves entries one layer down.
+package oplog
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// Mode is how an agent's oplog is kept. Durable agents write the primary layer and are archived by
+// scheduled rows; ephemeral agents write chunks straight into the first archive layer and are archived
+// by the sweep.
+type Mode string
+
+const (
+	Durable   Mode = "durable"
+	Ephemeral Mode = "ephemeral"
+)
+
+// Modes lists every Mode.
+var Modes = []Mode{Durable, Ephemeral}
+
+// ParseMode reads "durable" or "ephemeral".
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case Durable, Ephemeral:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: mode %q is not durable or ephemeral", ErrInvalidAgent, s)
+}
+
+// ErrInvalidAgent is returned for an agent id or key that cannot address an oplog.
+var ErrInvalidAgent = errors.New("invalid agent")
+
+// AgentID names an agent: the component it runs and its name within the component. Component ids
+// contain no ':'; names may contain anything valid in a key.
+type AgentID struct {
+	Component string
+	Name      string
+}
+
+// Key is the agent's storage key, Component + ":" + Name. ParseAgentKey is its inverse.
+func (a AgentID) Key() string { return a.Component + ":" + a.Name }
+
+func (a AgentID) String() string { return a.Key() }
+
+// Validate checks the agent can address an oplog: a non-empty component without ':', a non-empty name,
+// and a key that is a valid indexed-storage key.
+func (a AgentID) Validate() error {
+	switch {
+	case a.Component == "":
+		return fmt.Errorf("%w: empty component", ErrInvalidAgent)
+	case strings.Contains(a.Component, ":"):
+		return fmt.Errorf("%w: component %q contains ':'", ErrInvalidAgent, a.Component)
+	case a.Name == "":
+		return fmt.Errorf("%w: empty name", ErrInvalidAgent)
+	}
+	if err := is.ValidateKey(a.Key()); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidAgent, err)
+	}
+	return nil
+}
+
+// ParseAgentKey turns a storage key back into an AgentID, splitting at the first ':'. A key without
+// ':', with an empty component or name, or that is not a valid key is ErrInvalidAgent.
+func ParseAgentKey(key string) (AgentID, error) {
+	component, name, ok := strings.Cut(key, ":")
+	if !ok {
+		return AgentID{}, fmt.Errorf("%w: key %q has no ':' between component and name", ErrInvalidAgent, key)
+	}
+	a := AgentID{Component: component, Name: name}
+	if err := a.Validate(); err != nil {
+		return AgentID{}, fmt.Errorf("key %q: %w", key, err)
+	}
+	return a, nil
+}
+
+// Index is the position of an entry in an agent's oplog: 1-based and dense.
+type Index uint64
+
+// Entry is one oplog entry. Payloads are opaque to strata.
+type Entry struct {
+	Index   Index
+	Payload []byte
+}
+
+// PrimaryNamespace is the indexed-storage namespace of the primary layer for mode: "{mode}/oplog".
+func PrimaryNamespace(mode Mode) string { return string(mode) + "/oplog" }
+
+// CompressedNamespace is the namespace of compressed archive level L (L ≥ 1): "{mode}/compressed/{L}".
+func CompressedNamespace(mode Mode, level int) string {
+	return string(mode) + "/compressed/" + strconv.Itoa(level)
+}

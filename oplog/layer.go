@@ -1,0 +1,78 @@
+package oplog
+
+import (
+	"context"
+	"errors"
+)
+
+// The size of a chunk, the unit an archive step moves and the bound on its memory: at most
+// MaxChunkEntries entries and MaxChunkBytes of payload before compression.
+const (
+	MaxChunkEntries = 4096
+	MaxChunkBytes   = 4 << 20
+)
+
+// ErrPayloadTooLarge is returned for an entry whose payload alone exceeds MaxChunkBytes: it could never
+// be archived.
+var ErrPayloadTooLarge = errors.New("oplog payload larger than a chunk")
+
+// ReadLimit bounds one Layer.Read. A read always returns at least one entry when the range holds one,
+// even if that entry alone exceeds Bytes.
+type ReadLimit struct {
+	Entries int // at most this many entries (< 1: MaxChunkEntries)
+	Bytes   int // stop once the payloads read reach this many bytes (< 1: MaxChunkBytes)
+}
+
+// ChunkLimit is one chunk's worth: what an archive step holds in memory at once.
+var ChunkLimit = ReadLimit{Entries: MaxChunkEntries, Bytes: MaxChunkBytes}
+
+func (l ReadLimit) normalized() ReadLimit {
+	if l.Entries < 1 {
+		l.Entries = MaxChunkEntries
+	}
+	if l.Bytes < 1 {
+		l.Bytes = MaxChunkBytes
+	}
+	return l
+}
+
+// Full reports whether entries, holding payloadBytes, reach the limit.
+func (l ReadLimit) Full(entries, payloadBytes int) bool {
+	l = l.normalized()
+	return entries >= l.Entries || payloadBytes >= l.Bytes
+}
+
+// Layer is one storage layer of the oplog: the primary (one row per entry), a compressed archive level
+// (chunks in indexed storage) or a blob archive (chunks as blobs). Every method is safe for concurrent
+// use; (agent, mode) selects the oplog.
+type Layer interface {
+	// Name identifies the layer in logs, errors and routes: "primary", "compressed-1", "blob-0".
+	Name() string
+
+	// Read returns the entries this layer holds with from ≤ index ≤ to, ascending and each index once,
+	// stopping when limit is reached. A layer whose chunks overlap (two archivers raced) still returns
+	// each index once. An empty result means the layer holds nothing in the range.
+	Read(ctx context.Context, agent AgentID, mode Mode, from, to Index, limit ReadLimit) ([]Entry, error)
+
+	// FirstIndex and LastIndex return the smallest and greatest index the layer holds; false when it
+	// holds none.
+	FirstIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error)
+	LastIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error)
+
+	// Append writes contiguous, ascending entries above the layer's last index (the archive step reads
+	// LastIndex first). An indexed layer refuses an overlap with indexedstorage.ErrConflict; the blob
+	// layer rewrites identical bytes. Either way readers see each index once.
+	Append(ctx context.Context, agent AgentID, mode Mode, entries []Entry) error
+
+	// DropPrefix removes what the layer holds with index ≤ upTo. A chunked layer removes whole chunks
+	// only: a chunk straddling upTo stays until a later drop covers its last index.
+	DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) error
+
+	// Delete removes everything the layer holds for the oplog; deleting nothing is not an error.
+	Delete(ctx context.Context, agent AgentID, mode Mode) error
+
+	// ScanNamespace returns the indexed-storage namespace whose keys are the agents this layer holds
+	// entries for in mode, and true, if the layer can enumerate them. Only such a layer can be the
+	// source of a sweep route; a layer answering false is a target only.
+	ScanNamespace(mode Mode) (ns string, ok bool)
+}

@@ -1,0 +1,95 @@
+package oplog
+
+import (
+	"context"
+	"fmt"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// Primary is the primary layer: one indexed-storage entry per oplog entry, id = index, in namespace
+// "{mode}/oplog". Durable agents write it; it is the top of every stack and never a sweep source.
+type Primary struct {
+	st is.Storage
+}
+
+// NewPrimary returns the primary layer over st.
+func NewPrimary(st is.Storage) *Primary { return &Primary{st: st} }
+
+var _ Layer = (*Primary)(nil)
+
+func (p *Primary) Name() string { return "primary" }
+
+// ScanNamespace answers false: durable oplogs are archived by scheduled rows, and ephemeral ones never
+// touch the primary, so the sweep must never take the primary as a source.
+func (p *Primary) ScanNamespace(Mode) (string, bool) { return "", false }
+
+// primaryReadBatch bounds one storage read, so a read that stops on bytes never holds much more than
+// its limit.
+const primaryReadBatch = 256
+
+func (p *Primary) Read(ctx context.Context, agent AgentID, mode Mode, from, to Index, limit ReadLimit) ([]Entry, error) {
+	limit = limit.normalized()
+	var out []Entry
+	size := 0
+	for next := from; next <= to && !limit.Full(len(out), size); {
+		batchEnd := min(uint64(to), uint64(next)+uint64(min(primaryReadBatch, limit.Entries-len(out)))-1)
+		rows, err := p.st.Read(ctx, PrimaryNamespace(mode), agent.Key(), uint64(next), batchEnd)
+		if err != nil {
+			return out, fmt.Errorf("read primary oplog of %s: %w", agent, err)
+		}
+		for _, r := range rows {
+			if limit.Full(len(out), size) {
+				return out, nil
+			}
+			out = append(out, Entry{Index: Index(r.ID), Payload: r.Value})
+			size += len(r.Value)
+		}
+		if batchEnd >= uint64(to) {
+			break
+		}
+		next = Index(batchEnd + 1)
+	}
+	return out, nil
+}
+
+func (p *Primary) FirstIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error) {
+	e, ok, err := p.st.First(ctx, PrimaryNamespace(mode), agent.Key())
+	if err != nil {
+		return 0, false, fmt.Errorf("first index of primary oplog of %s: %w", agent, err)
+	}
+	return Index(e.ID), ok, nil
+}
+
+func (p *Primary) LastIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error) {
+	e, ok, err := p.st.Last(ctx, PrimaryNamespace(mode), agent.Key())
+	if err != nil {
+		return 0, false, fmt.Errorf("last index of primary oplog of %s: %w", agent, err)
+	}
+	return Index(e.ID), ok, nil
+}
+
+func (p *Primary) Append(ctx context.Context, agent AgentID, mode Mode, entries []Entry) error {
+	rows := make([]is.Entry, len(entries))
+	for i, e := range entries {
+		rows[i] = is.Entry{ID: uint64(e.Index), Value: e.Payload}
+	}
+	if err := p.st.AppendMany(ctx, PrimaryNamespace(mode), agent.Key(), rows); err != nil {
+		return fmt.Errorf("append to primary oplog of %s: %w", agent, err)
+	}
+	return nil
+}
+
+func (p *Primary) DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) error {
+	if _, err := p.st.DropPrefix(ctx, PrimaryNamespace(mode), agent.Key(), uint64(upTo)); err != nil {
+		return fmt.Errorf("drop primary oplog of %s up to %d: %w", agent, upTo, err)
+	}
+	return nil
+}
+
+func (p *Primary) Delete(ctx context.Context, agent AgentID, mode Mode) error {
+	if err := p.st.Delete(ctx, PrimaryNamespace(mode), agent.Key()); err != nil {
+		return fmt.Errorf("delete primary oplog of %s: %w", agent, err)
+	}
+	return nil
+}

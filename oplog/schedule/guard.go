@@ -1,0 +1,75 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stratalog/strata/oplog"
+)
+
+// Status is an agent's state as the executor sees it. Registration happens on the transitions into
+// Idle, Failed and Exited.
+type Status string
+
+const (
+	StatusRunning   Status = "running"
+	StatusSuspended Status = "suspended"
+	StatusIdle      Status = "idle"
+	StatusFailed    Status = "failed"
+	StatusExited    Status = "exited"
+)
+
+// Registrar registers ArchiveOplog rows from the executor's commit path.
+type Registrar struct {
+	Store Store
+	// SweepEnabled is the sweep's switch, read at every call. It is one switch with the sweep loop:
+	// turning the sweep off brings the ephemeral rows back, so an ephemeral oplog never has no
+	// mechanism behind it. nil reads as disabled.
+	SweepEnabled func() bool
+	// ArchiveInterval is how long after registration a row becomes due.
+	ArchiveInterval time.Duration
+	// ShardCount is the executor's current number of shards (rows carry the agent's shard).
+	ShardCount func() int
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// RegisterArchiveIfNeeded is the executor's hook when an agent's status changes: for Idle, Failed and
+// Exited it registers an ArchiveOplog row due ArchiveInterval later, except for an ephemeral agent
+// while the sweep is enabled, which returns early without touching the store — that early return is
+// what takes the scheduler database off the ephemeral commit path. Durable agents always register.
+// It reports whether it wrote a row.
+func (r *Registrar) RegisterArchiveIfNeeded(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, status Status, lastIndex oplog.Index) (bool, error) {
+	switch status {
+	case StatusIdle, StatusFailed, StatusExited:
+	default:
+		return false, nil
+	}
+	if mode == oplog.Ephemeral && r.SweepEnabled != nil && r.SweepEnabled() {
+		return false, nil
+	}
+	if err := agent.Validate(); err != nil {
+		return false, err
+	}
+	shards := 1
+	if r.ShardCount != nil {
+		shards = r.ShardCount()
+	}
+	if shards < 1 {
+		return false, fmt.Errorf("register archive of %s: no shards assigned", agent)
+	}
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	_, err := r.Store.Register(ctx, NewRow{
+		DueAt:  now().Add(r.ArchiveInterval),
+		Shard:  agent.Shard(shards),
+		Action: ArchiveOplog{Agent: agent, Mode: mode, LastIndex: lastIndex},
+	})
+	if err != nil {
+		return false, fmt.Errorf("register archive of %s: %w", agent, err)
+	}
+	return true, nil
+}
