@@ -32,11 +32,18 @@ type Wrapper interface {
 	Unwrap() Storage
 }
 
-// around is a Storage that runs every operation but Close through one function: the shape shared by
-// the limiter and the instrumentation.
+// Interceptor runs one operation of a wrapped Storage: it calls do (with the same or a derived
+// context) to run the operation itself, and returns do's error or its own.
+type Interceptor func(ctx context.Context, op Operation, do func(context.Context) error) error
+
+// Intercept wraps st so that every operation but Close runs through fn: the shape of the limiter and
+// the instrumentation, and of a test's fault injection. Capabilities are forwarded; Unwrap returns st.
+func Intercept(st Storage, fn Interceptor) Storage { return &around{inner: st, call: fn} }
+
+// around is a Storage that runs every operation but Close through one function.
 type around struct {
 	inner Storage
-	call  func(ctx context.Context, op Operation, do func(context.Context) error) error
+	call  Interceptor
 }
 
 func (a *around) Unwrap() Storage            { return a.inner }

@@ -30,6 +30,9 @@ var errScheduleClosed = errors.New("memory schedule store is closed")
 func ms(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()) }
 
 func (s *ScheduleStore) Register(_ context.Context, r schedule.NewRow) (int64, error) {
+	if err := schedule.ValidateNewRow(r); err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -42,6 +45,10 @@ func (s *ScheduleStore) Register(_ context.Context, r schedule.NewRow) (int64, e
 }
 
 func (s *ScheduleStore) Claim(_ context.Context, owner string, shards []int, now time.Time, lease time.Duration, limit int) ([]schedule.Row, error) {
+	if err := schedule.ValidateClaim(owner); err != nil {
+		return nil, err
+	}
+	limit = max(limit, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -104,7 +111,7 @@ func (s *ScheduleStore) Release(_ context.Context, id int64, owner string, retry
 	if err != nil {
 		return err
 	}
-	r.AvailableAt, r.LeaseOwner, r.LeaseUntil, r.Failed = ms(retryAt), "", time.UnixMilli(0), failed
+	r.AvailableAt, r.LeaseOwner, r.LeaseUntil, r.Failed = ms(retryAt), "", time.Time{}, failed
 	return nil
 }
 

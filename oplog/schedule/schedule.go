@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -69,8 +70,8 @@ type Row struct {
 	AvailableAt time.Time // when it may next be claimed (later than DueAt after a failed attempt)
 	Shard       int
 	Action      ArchiveOplog
-	LeaseOwner  string    // who holds it, "" if nobody ever claimed it
-	LeaseUntil  time.Time // the lease's expiry
+	LeaseOwner  string    // who holds it; "" when nobody does (never claimed, or released)
+	LeaseUntil  time.Time // the lease's expiry; zero when nobody holds it
 	Attempts    int       // claims so far, the running one included
 	Failed      bool      // out of attempts: never claimed again, kept for inspection
 }
@@ -88,6 +89,25 @@ type Counts struct {
 	Failed  int
 }
 
+// ValidateNewRow checks a row can be stored and read back: a valid agent and mode.
+func ValidateNewRow(r NewRow) error {
+	if _, err := oplog.ParseMode(string(r.Action.Mode)); err != nil {
+		return fmt.Errorf("%w: %v", is.ErrInvalidArgument, err)
+	}
+	if err := r.Action.Agent.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", is.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// ValidateClaim checks Claim's owner.
+func ValidateClaim(owner string) error {
+	if owner == "" {
+		return fmt.Errorf("%w: claim with an empty owner", is.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // ErrLeaseLost is returned by Extend, Ack and Release when owner does not hold the row's lease (another
 // claimer took it over after it expired, or the row is gone).
 var ErrLeaseLost = errors.New("lease lost")
@@ -95,13 +115,16 @@ var ErrLeaseLost = errors.New("lease lost")
 // Store is the contract of a scheduled_actions table. Every method is safe for concurrent use, also
 // across processes sharing the table. Times are stored with millisecond precision.
 type Store interface {
-	// Register inserts a pending row and returns its id.
+	// Register inserts a pending row and returns its id. An action that would not decode again (an
+	// invalid agent or mode) is refused with indexedstorage.ErrInvalidArgument: stored, it would fail
+	// every claim that reached it.
 	Register(ctx context.Context, row NewRow) (int64, error)
 
 	// Claim leases to owner, until now+lease, up to limit pending rows of the given shards that are
 	// due and available at now and not leased by anyone at now (never claimed, or lease expired),
 	// oldest due first, incrementing each row's attempt count. Two concurrent claimers never get the
-	// same row.
+	// same row. A limit below 1 or no shards claims nothing; an empty owner is ErrInvalidArgument (it
+	// would read back as "nobody holds it").
 	Claim(ctx context.Context, owner string, shards []int, now time.Time, lease time.Duration, limit int) ([]Row, error)
 
 	// Extend renews owner's lease on the row until until, or returns ErrLeaseLost.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
 )
@@ -132,6 +133,9 @@ func Run(t *testing.T, newStore func(tb testing.TB) schedule.Store) {
 			t.Fatal(err)
 		}
 		requireLost(t, s.Ack(t.Context(), id, "a"), "Ack after Release")
+		if rows, _ := s.Rows(t.Context()); rows[0].LeaseOwner != "" || !rows[0].LeaseUntil.IsZero() {
+			t.Fatalf("released row still held: %+v", rows[0])
+		}
 		if got := claim(t, s, "a", []int{0}, t0.Add(9*time.Second), 1); len(got) != 0 {
 			t.Fatal("claimed during its backoff")
 		}
@@ -155,6 +159,32 @@ func Run(t *testing.T, newStore func(tb testing.TB) schedule.Store) {
 		}
 	})
 
+	t.Run("BadArgumentsAreRefusedAndChangeNothing", func(t *testing.T) {
+		s := newStore(t)
+		bad := schedule.ArchiveOplog{Agent: oplog.AgentID{Component: "a:b", Name: "n"}, Mode: oplog.Durable, LastIndex: 1}
+		if _, err := s.Register(t.Context(), schedule.NewRow{DueAt: t0, Action: bad}); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("Register of an invalid agent: %v", err)
+		}
+		badMode := action("x", 1)
+		badMode.Mode = "bogus"
+		if _, err := s.Register(t.Context(), schedule.NewRow{DueAt: t0, Action: badMode}); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("Register of an invalid mode: %v", err)
+		}
+		register(t, s, t0, 0, "x")
+		if _, err := s.Claim(t.Context(), "", []int{0}, t0, lease, 1); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("Claim with an empty owner: %v", err)
+		}
+		for _, limit := range []int{0, -1} {
+			if got, err := s.Claim(t.Context(), "a", []int{0}, t0, lease, limit); err != nil || len(got) != 0 {
+				t.Fatalf("Claim with limit %d: %v %v", limit, got, err)
+			}
+		}
+		rows, err := s.Rows(t.Context())
+		if err != nil || len(rows) != 1 || rows[0].LeaseOwner != "" || !rows[0].LeaseUntil.IsZero() || rows[0].Attempts != 0 {
+			t.Fatalf("rows after refused calls: %+v %v", rows, err)
+		}
+	})
+
 	t.Run("ConcurrentClaimersNeverShareARow", func(t *testing.T) {
 		s := newStore(t)
 		const rows, claimers = 120, 6
@@ -163,6 +193,7 @@ func Run(t *testing.T, newStore func(tb testing.TB) schedule.Store) {
 		}
 		var mu sync.Mutex
 		seen := map[int64]string{}
+		var doubled []string
 		var wg sync.WaitGroup
 		errs := make(chan error, claimers)
 		for c := range claimers {
@@ -180,7 +211,7 @@ func Run(t *testing.T, newStore func(tb testing.TB) schedule.Store) {
 					mu.Lock()
 					for _, r := range got {
 						if prev, dup := seen[r.ID]; dup {
-							errs <- fmt.Errorf("row %d claimed by %s and %s", r.ID, prev, owner)
+							doubled = append(doubled, fmt.Sprintf("row %d by %s and %s", r.ID, prev, owner))
 						}
 						seen[r.ID] = owner
 					}
@@ -192,6 +223,9 @@ func Run(t *testing.T, newStore func(tb testing.TB) schedule.Store) {
 		close(errs)
 		for err := range errs {
 			t.Fatal(err)
+		}
+		if len(doubled) > 0 {
+			t.Fatalf("%d rows claimed twice, first %s", len(doubled), doubled[0])
 		}
 		if len(seen) != rows {
 			t.Fatalf("%d rows claimed, want %d", len(seen), rows)
