@@ -1,0 +1,620 @@
+// Package sqlite is an indexedstorage.Storage in one SQLite file (mattn/go-sqlite3), in WAL mode.
+//
+// Every index lives in the table index_storage(namespace, key, id, value), whose primary key
+// (namespace, key, id) is a WITHOUT ROWID B-tree in byte order (BINARY collation), so a key's entries
+// are contiguous and ScanStable seeks to the next key instead of counting positions.
+//
+// Writes go through one connection whose transactions start with BEGIN IMMEDIATE: the check that an
+// id is above the index's last id and the insert take the write lock together, so they are atomic
+// against this process's other goroutines and against another process on the same file. Reads use a
+// small pool of their own connections, which WAL lets run beside the writer.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// Defaults for Options.
+const (
+	// DefaultBusyTimeout bounds how long a statement waits for a lock another connection holds. A
+	// write transaction here lasts a few milliseconds, so 5 s only runs out when something is stuck;
+	// the caller then gets a transient error to retry rather than an unbounded wait.
+	DefaultBusyTimeout = 5 * time.Second
+	// DefaultReaders is the size of the reader pool: WAL readers do not block each other or the
+	// writer, and a handful covers the concurrent reads one process makes without holding many file
+	// descriptors and page caches.
+	DefaultReaders = 4
+)
+
+// stmtCacheSize is how many prepared statements each connection keeps: every query here is one of a
+// fixed few, so they are prepared once per connection.
+const stmtCacheSize = 32
+
+// Options configures Open. The zero value is ready to use.
+type Options struct {
+	// BusyTimeout is how long a statement waits for a lock held by another connection (of this
+	// process or another) before failing with an error matching ErrTransient. 0 means
+	// DefaultBusyTimeout.
+	BusyTimeout time.Duration
+	// Readers is the number of connections reads may use at once. 0 means DefaultReaders. Ignored
+	// with SingleConnection.
+	Readers int
+	// SingleConnection makes the store hold one connection that serves reads and writes alike, for
+	// callers that open many files and count descriptors (multisqlite holds one store per file).
+	SingleConnection bool
+	// MustExist makes Open fail with an error matching fs.ErrNotExist, creating nothing, when the file
+	// does not exist.
+	MustExist bool
+}
+
+// Store is the SQLite backend. It is safe for concurrent use.
+type Store struct {
+	path   string
+	writer *sql.DB // one connection; transactions BEGIN IMMEDIATE
+	reader *sql.DB // the writer itself in single-connection mode
+
+	closed  atomic.Bool
+	closeMu sync.Mutex
+}
+
+var _ is.Storage = (*Store)(nil)
+
+// Open opens (creating it unless opts.MustExist) the SQLite file at path and brings its schema to the
+// current version.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, fmt.Errorf("sqlite: open: %w: empty path", is.ErrInvalidArgument)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if opts.MustExist {
+		if _, err := os.Stat(abs); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+	}
+	s := &Store{path: abs}
+	writer, err := sql.Open("sqlite3", dsn(abs, opts))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	writer.SetConnMaxIdleTime(0)
+	s.writer, s.reader = writer, writer
+	if err := migrate(ctx, writer); err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, classify(err, false))
+	}
+	if !opts.SingleConnection {
+		readers := opts.Readers
+		if readers <= 0 {
+			readers = DefaultReaders
+		}
+		reader, err := sql.Open("sqlite3", dsn(abs, opts))
+		if err != nil {
+			writer.Close()
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+		reader.SetMaxOpenConns(readers)
+		reader.SetMaxIdleConns(readers)
+		reader.SetConnMaxLifetime(0)
+		reader.SetConnMaxIdleTime(0)
+		s.reader = reader
+	}
+	return s, nil
+}
+
+// dsn is a file: URI, so that any byte of the path ('?', '#', '%') is escaped rather than parsed.
+func dsn(abs string, opts Options) string {
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = DefaultBusyTimeout
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "NORMAL") // in WAL, a power cut may lose the last commits but corrupts nothing
+	q.Set("_txlock", "immediate")
+	q.Set("_stmt_cache_size", strconv.Itoa(stmtCacheSize))
+	if opts.MustExist {
+		q.Set("mode", "rw") // sqlite refuses to create the file, even if it vanished since the Stat
+	}
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}
+	return u.String() + "?" + q.Encode()
+}
+
+// SchemaVersion is the user_version this build writes and reads.
+const SchemaVersion = 1
+
+// migrations[v] takes the schema from user_version v to v+1. Append only, raising SchemaVersion with
+// it (the array's length makes the compiler hold the two together); never edit one that shipped.
+var migrations = [SchemaVersion]string{
+	// BINARY collation (the default) compares keys byte by byte, which is the contract's order. Ids
+	// are at most 2^63−1 and fit INTEGER.
+	`CREATE TABLE IF NOT EXISTS index_storage (
+		namespace TEXT    NOT NULL,
+		key       TEXT    NOT NULL,
+		id        INTEGER NOT NULL,
+		value     BLOB    NOT NULL,
+		PRIMARY KEY (namespace, key, id)
+	) WITHOUT ROWID`,
+}
+
+// migrate brings the schema to SchemaVersion. The common case, a current file, costs one read and no
+// lock; otherwise the version is read again under the write lock, so two processes opening a new file
+// at once apply each migration once.
+func migrate(ctx context.Context, db *sql.DB) error {
+	version, err := userVersion(ctx, db)
+	if err != nil {
+		return err
+	}
+	if version == SchemaVersion {
+		return nil
+	}
+	if version > SchemaVersion {
+		return fmt.Errorf("schema version %d is newer than this build supports (%d)", version, SchemaVersion)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return err
+	}
+	if version > SchemaVersion {
+		return fmt.Errorf("schema version %d is newer than this build supports (%d)", version, SchemaVersion)
+	}
+	for v := version; v < SchemaVersion; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migration %d: %w", v+1, err)
+		}
+	}
+	// PRAGMA takes no bound parameters; the value is our own integer.
+	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = `+strconv.Itoa(SchemaVersion)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func userVersion(ctx context.Context, db *sql.DB) (int, error) {
+	var v int
+	err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	return v, err
+}
+
+// DB returns the connection pool reads use, for code that talks to the engine directly (the
+// benchmark's raw loop). Writing through it bypasses the store's write serialisation.
+func (s *Store) DB() *sql.DB { return s.reader }
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Capabilities: keyset paging over the primary key hands back each key once, ascending.
+func (s *Store) Capabilities() is.Capabilities {
+	return is.Capabilities{OrderedScan: true, UniqueScan: true}
+}
+
+// Close closes the connections. Later calls return ErrClosed; Close itself is idempotent.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	if s.reader != s.writer {
+		errs = append(errs, s.reader.Close())
+	}
+	errs = append(errs, s.writer.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// classify is the one place SQLite's errors become the contract's sentinels. closed says the store
+// was closed, so that an operation racing Close reports ErrClosed however the driver phrased it.
+func classify(err error, closed bool) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, is.ErrTransient), errors.Is(err, is.ErrConflict),
+		errors.Is(err, is.ErrClosed), errors.Is(err, is.ErrInvalidArgument):
+		return err
+	case closed, errors.Is(err, sql.ErrConnDone):
+		return is.Classify(is.ErrClosed, err)
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrBusy, sqlite3.ErrLocked:
+			return is.Classify(is.ErrTransient, err)
+		case sqlite3.ErrConstraint:
+			return is.Classify(is.ErrConflict, err)
+		}
+	}
+	classified, _ := is.ClassifyCommon(err)
+	return classified
+}
+
+func (s *Store) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("sqlite %s: %w", op, classify(err, s.closed.Load()))
+}
+
+// begin validates the index and checks the store is open, the first thing every per-index operation
+// does.
+func (s *Store) begin(ns, key string) error {
+	if err := is.ValidateIndex(ns, key); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return is.ErrClosed
+	}
+	return nil
+}
+
+// write runs fn in a BEGIN IMMEDIATE transaction on the writer: the write lock is held from the first
+// read, so what fn checks still holds when it writes.
+func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return s.fail(op, err)
+	}
+	return s.fail(op, tx.Commit())
+}
+
+const (
+	qExists  = `SELECT 1 FROM index_storage WHERE namespace = ? AND key = ? LIMIT 1`
+	qLastID  = `SELECT id FROM index_storage WHERE namespace = ? AND key = ? ORDER BY id DESC LIMIT 1`
+	qInsert  = `INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, ?, ?)`
+	qLength  = `SELECT COUNT(*) FROM index_storage WHERE namespace = ? AND key = ?`
+	qRead    = `SELECT id, value FROM index_storage WHERE namespace = ? AND key = ? AND id >= ? AND id <= ? ORDER BY id`
+	qClosest = `SELECT id, value FROM index_storage WHERE namespace = ? AND key = ? AND id >= ? ORDER BY id LIMIT 1`
+	qLast    = `SELECT id, value FROM index_storage WHERE namespace = ? AND key = ? ORDER BY id DESC LIMIT 1`
+	qDrop    = `DELETE FROM index_storage WHERE namespace = ? AND key = ? AND id <= ?`
+	qDelete  = `DELETE FROM index_storage WHERE namespace = ? AND key = ?`
+)
+
+func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
+	if err := s.begin(ns, key); err != nil {
+		return false, err
+	}
+	var one int
+	switch err := s.reader.QueryRowContext(ctx, qExists, ns, key).Scan(&one); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, s.fail("exists", err)
+	}
+	return true, nil
+}
+
+func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
+	return s.AppendMany(ctx, ns, key, []is.Entry{{ID: id, Value: value}})
+}
+
+func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
+	if err := s.begin(ns, key); err != nil {
+		return err
+	}
+	if err := is.ValidateBatch(entries); err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	return s.write(ctx, "append", func(tx *sql.Tx) error {
+		var last int64
+		switch err := tx.QueryRowContext(ctx, qLastID, ns, key).Scan(&last); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		case entries[0].ID <= uint64(last):
+			return fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, entries[0].ID, last)
+		}
+		return insert(ctx, tx, ns, key, entries)
+	})
+}
+
+// insertChunk is how many rows one multi-row INSERT writes: a batch costs one statement per chunk
+// rather than one per entry, and 4 parameters a row stays far below SQLite's variable limit.
+const insertChunk = 64
+
+var qInsertChunk = func() string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, ?, ?)`)
+	for range insertChunk - 1 {
+		b.WriteString(`, (?, ?, ?, ?)`)
+	}
+	return b.String()
+}()
+
+// insert writes entries in whole chunks, then the remainder row by row, so that only two statement
+// texts exist and both stay in the connection's statement cache.
+func insert(ctx context.Context, tx *sql.Tx, ns, key string, entries []is.Entry) error {
+	args := make([]any, 0, 4*insertChunk)
+	for len(entries) >= insertChunk {
+		args = args[:0]
+		for _, e := range entries[:insertChunk] {
+			args = append(args, ns, key, int64(e.ID), orEmpty(e.Value))
+		}
+		if _, err := tx.ExecContext(ctx, qInsertChunk, args...); err != nil {
+			return err
+		}
+		entries = entries[insertChunk:]
+	}
+	for _, e := range entries {
+		if _, err := tx.ExecContext(ctx, qInsert, ns, key, int64(e.ID), orEmpty(e.Value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
+	if err := s.begin(ns, key); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := s.reader.QueryRowContext(ctx, qLength, ns, key).Scan(&n); err != nil {
+		return 0, s.fail("length", err)
+	}
+	return uint64(n), nil
+}
+
+func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is.Entry, error) {
+	if err := s.begin(ns, key); err != nil {
+		return nil, err
+	}
+	lo, hi, ok := is.ClampRange(from, to)
+	if !ok {
+		return nil, nil
+	}
+	rows, err := s.reader.QueryContext(ctx, qRead, ns, key, int64(lo), int64(hi))
+	if err != nil {
+		return nil, s.fail("read", err)
+	}
+	defer rows.Close()
+	var out []is.Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, s.fail("read", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("read", err)
+	}
+	return out, nil
+}
+
+func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+	return s.Closest(ctx, ns, key, 0)
+}
+
+func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+	if err := s.begin(ns, key); err != nil {
+		return is.Entry{}, false, err
+	}
+	return s.one(ctx, "last", qLast, ns, key)
+}
+
+func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
+	if err := s.begin(ns, key); err != nil {
+		return is.Entry{}, false, err
+	}
+	if id > is.MaxID {
+		return is.Entry{}, false, nil
+	}
+	return s.one(ctx, "closest", qClosest, ns, key, int64(id))
+}
+
+// one runs a query for at most one entry.
+func (s *Store) one(ctx context.Context, op, query string, args ...any) (is.Entry, bool, error) {
+	e, err := scanEntry(s.reader.QueryRowContext(ctx, query, args...))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return is.Entry{}, false, nil
+	case err != nil:
+		return is.Entry{}, false, s.fail(op, err)
+	}
+	return e, true, nil
+}
+
+func scanEntry(row interface{ Scan(...any) error }) (is.Entry, error) {
+	var id int64
+	var value []byte
+	if err := row.Scan(&id, &value); err != nil {
+		return is.Entry{}, err
+	}
+	return is.Entry{ID: uint64(id), Value: orEmpty(value)}, nil
+}
+
+func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
+	if err := s.begin(ns, key); err != nil {
+		return 0, err
+	}
+	if upTo == 0 {
+		return 0, nil
+	}
+	var dropped int64
+	err := s.write(ctx, "drop prefix", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, qDrop, ns, key, int64(min(upTo, is.MaxID)))
+		if err != nil {
+			return err
+		}
+		dropped, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return uint64(dropped), nil
+}
+
+func (s *Store) Delete(ctx context.Context, ns, key string) error {
+	if err := s.begin(ns, key); err != nil {
+		return err
+	}
+	return s.write(ctx, "delete", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, qDelete, ns, key)
+		return err
+	})
+}
+
+// The scans bound a literal prefix by the byte interval [prefix, PrefixEnd(prefix)) so that the
+// primary key seeks; LIKE would treat '%' and '_' as patterns and GLOB '*', '?' and '['. The lower
+// bound is a single term (the resume marker or the prefix, whichever is greater), so the planner
+// cannot start the range at the prefix and filter its way up to the marker.
+var (
+	// scanStableQuery[strict][bounded]: strict is key > marker rather than key >= prefix; bounded adds
+	// the prefix's end.
+	scanStableQuery = [2][2]string{}
+	// scanQuery[bounded] is the native, positional Scan.
+	scanQuery = [2]string{}
+)
+
+func init() {
+	for strict, lower := range []string{"key >= ?", "key > ?"} {
+		for bounded, upper := range []string{"", " AND key < ?"} {
+			scanStableQuery[strict][bounded] = `SELECT DISTINCT key FROM index_storage WHERE namespace = ? AND ` +
+				lower + upper + ` ORDER BY key LIMIT ?`
+		}
+	}
+	for bounded, upper := range []string{"", " AND key < ?"} {
+		scanQuery[bounded] = `SELECT DISTINCT key FROM index_storage WHERE namespace = ? AND key >= ?` +
+			upper + ` ORDER BY key LIMIT ? OFFSET ?`
+	}
+}
+
+// ScanStable is keyset paging: each page seeks past the last key of the one before, so keys deleted
+// behind the walk shift nothing. Next is a MarkerResume of the page's last key.
+func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScan(ns, prefix, count); err != nil {
+		return is.Page{}, err
+	}
+	marker, start, err := from.Marker()
+	if err != nil {
+		return is.Page{}, err
+	}
+	if !start {
+		if err := is.ValidateKey(marker); err != nil {
+			return is.Page{}, fmt.Errorf("%w: resume marker is not a key this backend handed back", is.ErrInvalidArgument)
+		}
+	}
+	if s.closed.Load() {
+		return is.Page{}, is.ErrClosed
+	}
+	end, bounded := is.PrefixEnd(prefix)
+	lower, strict := prefix, 0
+	if !start && marker >= prefix {
+		lower, strict = marker, 1
+	}
+	if bounded && lower >= end {
+		return is.Page{Done: true}, nil
+	}
+	args := []any{ns, lower}
+	if bounded {
+		args = append(args, end)
+	}
+	// One key more than the page tells whether the walk is done without another round trip.
+	args = append(args, int64(count)+1)
+	keys, err := s.keys(ctx, scanStableQuery[strict][b2i(bounded)], count, args...)
+	if err != nil {
+		return is.Page{}, s.fail("scan stable", err)
+	}
+	if len(keys) <= count {
+		return is.Page{Keys: keys, Done: true}, nil
+	}
+	keys = keys[:count]
+	return is.Page{Keys: keys, Next: is.MarkerResume(keys[count-1])}, nil
+}
+
+// Scan pages by position (LIMIT … OFFSET): cursor is how many matching keys earlier calls returned.
+func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
+	if err := is.ValidateScan(ns, prefix, count); err != nil {
+		return 0, nil, err
+	}
+	if s.closed.Load() {
+		return 0, nil, is.ErrClosed
+	}
+	if cursor > is.MaxID-uint64(count) {
+		return 0, nil, nil // past any table this engine can hold
+	}
+	end, bounded := is.PrefixEnd(prefix)
+	args := []any{ns, prefix}
+	if bounded {
+		args = append(args, end)
+	}
+	args = append(args, int64(count)+1, int64(cursor))
+	keys, err := s.keys(ctx, scanQuery[b2i(bounded)], count, args...)
+	if err != nil {
+		return 0, nil, s.fail("scan", err)
+	}
+	if len(keys) <= count {
+		return 0, keys, nil
+	}
+	return cursor + uint64(count), keys[:count], nil
+}
+
+// keys runs a query for keys; count is the page size, to size the slice.
+func (s *Store) keys(ctx context.Context, query string, count int, args ...any) ([]string, error) {
+	rows, err := s.reader.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	keys := make([]string, 0, min(count, 1024)+1)
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// orEmpty stores a nil value as an empty blob (the column is NOT NULL) and hands an empty value back
+// as a non-nil empty slice, as the memory backend does.
+func orEmpty(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
