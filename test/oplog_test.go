@@ -1,0 +1,246 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/fsblob"
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/test/backendtest"
+	"github.com/stratalog/strata/test/faults"
+)
+
+// Sizes around the chunk limit of 4,096 entries, and one spanning several chunks.
+var oplogSizes = []int{1, 4095, 4096, 4097, 10_000}
+
+func TestOplog_DrainMovesEveryEntryToTheBottomOnce(t *testing.T) {
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		l := newLayers(t, b.Open(t), nil)
+		rng := seeded(t)
+		for _, mode := range oplog.Modes {
+			for _, n := range oplogSizes {
+				agent := agentNamed(fmt.Sprintf("%s-%d", mode, n))
+				l.write(t, agent, mode, 1, n, rng)
+				l.requireExact(t, agent, mode, n)
+				d := l.drain(t, agent, mode)
+				wantHops := map[oplog.Mode]int{oplog.Durable: 2, oplog.Ephemeral: 1}[mode]
+				if d.Hops != wantHops || d.Moved != n*wantHops {
+					t.Fatalf("%s: drain %+v, want %d hops moving %d entries each", agent, d, wantHops, n)
+				}
+				l.requireExact(t, agent, mode, n)
+				l.requireDrained(t, agent, mode, n)
+			}
+		}
+	})
+}
+
+func TestOplog_WritesAndReadsAcrossArchivesAndReopening(t *testing.T) {
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		st := b.Open(t)
+		blobs := newLayers(t, st, nil).blobs
+		rng := seeded(t)
+		for _, mode := range oplog.Modes {
+			agent := agentNamed("reopened-" + string(mode))
+			l := newLayers(t, st, blobs)
+			l.write(t, agent, mode, 1, 5000, rng)
+			if _, err := l.stack.ArchiveStep(t.Context(), agent, mode); err != nil {
+				t.Fatal(err)
+			}
+			l.requireExact(t, agent, mode, 5000)
+
+			// A process restart: new handles on the same storage, a new stack over them.
+			l = newLayers(t, b.Reopen(t, st), blobs)
+			l.requireExact(t, agent, mode, 5000)
+			l.write(t, agent, mode, 5001, 1000, rng)
+			l.requireExact(t, agent, mode, 6000)
+			l.drain(t, agent, mode)
+			l.requireDrained(t, agent, mode, 6000)
+
+			// A second lifetime of the same agent after its archive.
+			l = newLayers(t, b.Reopen(t, st), blobs)
+			l.write(t, agent, mode, 6001, 4200, rng)
+			l.requireExact(t, agent, mode, 10_200)
+			l.drain(t, agent, mode)
+			l.requireExact(t, agent, mode, 10_200)
+			l.requireDrained(t, agent, mode, 10_200)
+		}
+	})
+}
+
+// A crash can stop a drain between any two storage calls. For every call k a clean drain makes, fail
+// the k-th (before it reaches the store, and after the store applied it): every entry must still read
+// back exactly once, and a re-run must converge to the drained state with nothing lost or doubled.
+func TestOplog_DrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
+	const n = 4096 + 2500 // two batches a hop, so a fault can fall between batches
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		var in faults.Injector
+		base := newLayers(t, b.Open(t), nil)
+		l := newLayers(t, in.Storage(base.st), in.Blobs(base.blobs))
+		l.st, l.blobs = base.st, base.blobs // checks read the stores directly, uncounted
+		// The same chunking for every agent, so each makes the calls the probe counted.
+		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+		for _, mode := range oplog.Modes {
+			probe := agentNamed("probe-" + string(mode))
+			l.write(t, probe, mode, 1, n, fixed())
+			in.Count()
+			l.drain(t, probe, mode)
+			calls, names := in.Calls()
+			t.Logf("%s: a clean drain makes %d storage calls: %s", mode, calls, strings.Join(names, ", "))
+			for k := 1; k <= calls; k++ {
+				for _, when := range []faults.When{faults.Before, faults.After} {
+					agent := agentNamed(fmt.Sprintf("%s-crash-%d-%s", mode, k, when))
+					l.write(t, agent, mode, 1, n, fixed())
+					in.Arm(k, when)
+					_, err := l.stack.Drain(t.Context(), agent, mode)
+					in.Count()
+					if !errors.Is(err, faults.ErrInjected) {
+						t.Fatalf("call %d (%s): drain returned %v, want the injected fault", k, when, err)
+					}
+					l.requireExact(t, agent, mode, n)
+					l.drain(t, agent, mode)
+					l.requireExact(t, agent, mode, n)
+					l.requireDrained(t, agent, mode, n)
+				}
+			}
+		}
+	})
+}
+
+func TestOplog_WriterRacingTheArchiveLosesNothing(t *testing.T) {
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		l := newLayers(t, b.Open(t), nil)
+		rng := seeded(t)
+		for _, mode := range oplog.Modes {
+			agent := agentNamed("raced-" + string(mode))
+			const total = 12_000
+			batches := []int{}
+			for left := total; left > 0; {
+				size := min(left, 1+rng.IntN(900))
+				batches = append(batches, size)
+				left -= size
+			}
+			done := make(chan struct{})
+			var writeErr error
+			go func() {
+				defer close(done)
+				next := oplog.Index(1)
+				for _, size := range batches {
+					if writeErr = l.stack.Append(t.Context(), agent, mode, entriesRange(next, size)); writeErr != nil {
+						return
+					}
+					next += oplog.Index(size)
+				}
+			}()
+			var archiveErr error
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					if _, archiveErr = l.stack.Drain(t.Context(), agent, mode); archiveErr != nil && !errors.Is(archiveErr, oplog.ErrStepCap) {
+						return
+					}
+					archiveErr = nil
+				}
+			})
+			wg.Wait()
+			if writeErr != nil || archiveErr != nil {
+				t.Fatalf("writer: %v; archiver: %v", writeErr, archiveErr)
+			}
+			l.requireExact(t, agent, mode, total)
+			l.drain(t, agent, mode)
+			l.requireExact(t, agent, mode, total)
+			l.requireDrained(t, agent, mode, total)
+		}
+	})
+}
+
+var awkwardNames = []string{"a/b/c", "x:y:z", "100%", "%2F", "..", "../../etc/passwd", ".", "with space", " ", "ünïcödé 日本語 🎉", `back\slash`, "*?[]", "-"}
+
+func TestOplog_AgentNamesSurviveEveryLayer(t *testing.T) {
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		blobs, err := fsblob.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newLayers(t, b.Open(t), blobs)
+		rng := seeded(t)
+		for _, mode := range oplog.Modes {
+			for i, name := range awkwardNames {
+				agent := agentNamed(name)
+				l.write(t, agent, mode, 1, 50+i, rng)
+			}
+			for i, name := range awkwardNames {
+				agent := agentNamed(name)
+				l.drain(t, agent, mode)
+				l.requireExact(t, agent, mode, 50+i)
+				l.requireDrained(t, agent, mode, 50+i)
+			}
+		}
+	})
+}
+
+func TestOplog_CorruptChunkIsReportedWithAgentAndIndex(t *testing.T) {
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		l := newLayers(t, b.Open(t), nil)
+		ctx := t.Context()
+		agent := agentNamed("corrupted")
+		if err := l.stack.Append(ctx, agent, oplog.Ephemeral, entriesRange(1, 100)); err != nil {
+			t.Fatal(err)
+		}
+		ns := oplog.CompressedNamespace(oplog.Ephemeral, 1)
+		rows, err := l.st.Read(ctx, ns, agent.Key(), 0, ^uint64(0))
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("compressed rows: %d, %v", len(rows), err)
+		}
+		bad := rows[0].Value
+		bad[len(bad)/2] ^= 0x10
+		if err := l.st.Delete(ctx, ns, agent.Key()); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.st.Append(ctx, ns, agent.Key(), rows[0].ID, bad); err != nil {
+			t.Fatal(err)
+		}
+		requireCorrupt(t, l, agent)
+		if _, err := l.stack.Drain(ctx, agent, oplog.Ephemeral); !errors.Is(err, archive.ErrCorruptChunk) {
+			t.Fatalf("drain of a corrupt chunk: %v, want ErrCorruptChunk", err)
+		}
+		if ok, _ := l.st.Exists(ctx, ns, agent.Key()); !ok {
+			t.Fatal("the drain dropped the corrupt chunk: its entries are gone")
+		}
+
+		// The same in the blob layer.
+		other := agentNamed("corrupted-blob")
+		l.write(t, other, oplog.Ephemeral, 1, 100, seeded(t))
+		l.drain(t, other, oplog.Ephemeral)
+		path := l.blob.ChunkPath(other, oplog.Ephemeral, 100)
+		data, err := l.blobs.Get(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[3] ^= 0x01
+		if err := l.blobs.Put(ctx, path, data); err != nil {
+			t.Fatal(err)
+		}
+		requireCorrupt(t, l, other)
+	})
+}
+
+func requireCorrupt(t *testing.T, l *layers, agent oplog.AgentID) {
+	t.Helper()
+	_, err := l.stack.Read(t.Context(), agent, oplog.Ephemeral, 1, 200)
+	if !errors.Is(err, archive.ErrCorruptChunk) {
+		t.Fatalf("read of a corrupt chunk: %v, want ErrCorruptChunk", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, agent.Key()) || !strings.Contains(msg, "100") {
+		t.Fatalf("error %q does not name the agent %s and the chunk's index 100", msg, agent)
+	}
+}
