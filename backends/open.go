@@ -32,6 +32,11 @@ var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresq
 func Open(ctx context.Context, rawURL string) (is.Storage, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		// A *url.Error repeats the whole URL, password included: keep its reason only.
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
 		return nil, fmt.Errorf("storage URL %q: %w", redact(rawURL), err)
 	}
 	switch u.Scheme {

@@ -1,0 +1,105 @@
+package backends_test
+
+import (
+	"errors"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stratalog/strata/backends"
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
+)
+
+func TestOpen_EachSchemeGivesAWorkingStore(t *testing.T) {
+	dir := t.TempDir()
+	urls := map[string]string{
+		"memory":           "memory://",
+		"sqlite absolute":  "sqlite://" + filepath.Join(dir, "a.db"),
+		"multisqlite":      "multisqlite://" + filepath.Join(dir, "multi"),
+		"sqlite localhost": "sqlite://localhost" + filepath.Join(dir, "b.db"),
+	}
+	for name, u := range urls {
+		t.Run(name, func(t *testing.T) { requireWorks(t, u) })
+	}
+	t.Run("sqlite relative", func(t *testing.T) {
+		t.Chdir(dir)
+		requireWorks(t, "sqlite:relative.db")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		raw := testenv.PostgresURL(t)
+		u, _ := url.Parse(raw)
+		q := u.Query()
+		q.Set("schema", testenv.PostgresSchema(t, raw))
+		q.Set("max_concurrent_ops", "3")
+		u.RawQuery = q.Encode()
+		st := requireWorks(t, u.String())
+		if lim, ok := st.(*is.Limiter); !ok || lim.Stats().Limit != 3 {
+			t.Fatalf("max_concurrent_ops=3 did not put a limit of 3 in front of the store: %T", st)
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		raw := testenv.RedisURL(t)
+		u, _ := url.Parse(raw)
+		q := u.Query()
+		q.Set("prefix", testenv.RedisPrefix(t, raw))
+		u.RawQuery = q.Encode()
+		requireWorks(t, u.String())
+	})
+}
+
+func requireWorks(t *testing.T, rawURL string) is.Storage {
+	t.Helper()
+	st, err := backends.Open(t.Context(), rawURL)
+	if err != nil {
+		t.Fatalf("Open(%q): %v", rawURL, err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Append(t.Context(), "ns", "k", 1, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.Length(t.Context(), "ns", "k"); n != 1 || err != nil {
+		t.Fatalf("Length %d, %v", n, err)
+	}
+	return st
+}
+
+func TestOpen_BadURLsAreClearErrors(t *testing.T) {
+	for raw, want := range map[string]string{
+		"":                            "no scheme",
+		"nosuch://x":                  `unknown scheme "nosuch"`,
+		"file:///tmp/x":               `unknown scheme "file"`,
+		"memory://host":               "memory takes no host",
+		"sqlite://":                   "has no path",
+		"sqlite://otherhost/x.db":     `names host "otherhost"`,
+		"sqlite:///x.db?mode=ro":      "takes no parameters",
+		"multisqlite://":              "has no path",
+		"postgres://u:secret@%zz/db":  "storage URL",
+		"redis://127.0.0.1:1/0?x=%zz": "",
+	} {
+		st, err := backends.Open(t.Context(), raw)
+		if err == nil {
+			st.Close()
+			t.Fatalf("Open(%q) succeeded", raw)
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Open(%q): %q does not say %q", raw, err, want)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Fatalf("Open(%q) echoed the password: %v", raw, err)
+		}
+	}
+}
+
+func TestOpen_UnknownSchemeListsTheKnownOnes(t *testing.T) {
+	_, err := backends.Open(t.Context(), "mysql://x")
+	for _, s := range backends.Schemes {
+		if !strings.Contains(err.Error(), s) {
+			t.Fatalf("%v does not list %s", err, s)
+		}
+	}
+	if errors.Is(err, is.ErrTransient) {
+		t.Fatal("a bad URL must not read as transient")
+	}
+}
