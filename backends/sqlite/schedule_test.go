@@ -1,0 +1,128 @@
+package sqlite_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stratalog/strata/backends/sqlite"
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/oplog/schedule"
+	"github.com/stratalog/strata/oplog/schedule/scheduletest"
+)
+
+func openSchedule(tb testing.TB, path string) *sqlite.ScheduleStore {
+	tb.Helper()
+	s, err := sqlite.OpenSchedule(tb.Context(), path, sqlite.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestScheduleStoreConformance(t *testing.T) {
+	scheduletest.Run(t, func(tb testing.TB) schedule.Store {
+		return openSchedule(tb, filepath.Join(tb.TempDir(), "schedule.db"))
+	})
+}
+
+// Two stores on one file stand for two processes: their claims never share a row.
+func TestScheduleClaim_TwoStoresOnOneFileNeverTakeTheSameRow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	a, b := openSchedule(t, path), openSchedule(t, path)
+	t0 := time.UnixMilli(1_800_000_000_000)
+	const rows = 200
+	for i := range rows {
+		act := schedule.ArchiveOplog{Agent: oplog.AgentID{Component: "c", Name: fmt.Sprint(i)}, Mode: oplog.Durable, LastIndex: 1}
+		if _, err := a.Register(t.Context(), schedule.NewRow{DueAt: t0, Shard: i % 3, Action: act}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	for w, store := range []*sqlite.ScheduleStore{a, b, a, b} {
+		wg.Go(func() {
+			for {
+				got, err := store.Claim(t.Context(), fmt.Sprint("owner-", w), []int{0, 1, 2}, t0, time.Minute, 4)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, r := range got {
+					seen[r.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != rows {
+		t.Fatalf("%d rows claimed, want %d", len(seen), rows)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("row %d claimed %d times", id, n)
+		}
+	}
+}
+
+// The schedule table lives beside index_storage in one file without either's migration disturbing
+// the other.
+func TestSchedule_SharesAFileWithTheIndexStorage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "strata.db")
+	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Append(t.Context(), "ns", "k", 1, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	s := openSchedule(t, path)
+	if _, err := s.Register(t.Context(), schedule.NewRow{DueAt: time.Now(), Action: schedule.ArchiveOplog{
+		Agent: oplog.AgentID{Component: "c", Name: "n"}, Mode: oplog.Durable, LastIndex: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	openSchedule(t, path) // migrating again is harmless
+	st2, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	if n, err := st2.Length(t.Context(), "ns", "k"); n != 1 || err != nil {
+		t.Fatalf("index storage after the schedule migration: %d %v", n, err)
+	}
+	if c, err := s.Counts(t.Context()); err != nil || c.Pending != 1 {
+		t.Fatalf("schedule after reopening: %+v %v", c, err)
+	}
+}
+
+func TestSchedule_GarbledActionIsAnErrorNotAPanic(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "garbled.db")
+	s := openSchedule(t, path)
+	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO scheduled_actions (due_at_ms, available_at_ms, shard_id, action) VALUES (0, 0, 0, '{not json')`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Claim(t.Context(), "me", []int{0}, time.Now(), time.Minute, 10)
+	if err == nil || !strings.Contains(err.Error(), "scheduled row") {
+		t.Fatalf("claim over a garbled row: %v", err)
+	}
+	rows, err := s.Rows(t.Context())
+	if err == nil {
+		t.Fatalf("Rows over a garbled row: %+v", rows)
+	}
+}
