@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -106,6 +107,11 @@ func (b *Blob) Name() string { return b.name }
 
 // ScanNamespace answers false: the blob layer is a target only.
 func (b *Blob) ScanNamespace(oplog.Mode) (string, bool) { return "", false }
+
+// ScanAgents returns oplog.ErrNotEnumerable: the blob layer is a target only.
+func (b *Blob) ScanAgents(context.Context, oplog.Mode, is.Resume, int) (is.Page, error) {
+	return is.Page{}, fmt.Errorf("%s: %w", b.name, oplog.ErrNotEnumerable)
+}
 
 // Dir is the path prefix under which the layer keeps the agent's chunks.
 func (b *Blob) Dir(agent oplog.AgentID, mode oplog.Mode) string {

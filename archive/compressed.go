@@ -36,6 +36,15 @@ func (c *Compressed) ScanNamespace(mode oplog.Mode) (string, bool) {
 	return oplog.CompressedNamespace(mode, c.level), true
 }
 
+// ScanAgents walks the agents holding chunks at this level.
+func (c *Compressed) ScanAgents(ctx context.Context, mode oplog.Mode, from is.Resume, count int) (is.Page, error) {
+	page, err := c.st.ScanStable(ctx, oplog.CompressedNamespace(mode, c.level), "", from, count)
+	if err != nil {
+		return page, fmt.Errorf("%s: scan %s agents: %w", c.name, mode, err)
+	}
+	return page, nil
+}
+
 func (c *Compressed) Read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit) ([]oplog.Entry, error) {
 	ns := oplog.CompressedNamespace(mode, c.level)
 	return readChunks(ctx, c.name, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {

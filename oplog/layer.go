@@ -3,6 +3,8 @@ package oplog
 import (
 	"context"
 	"errors"
+
+	is "github.com/stratalog/strata/indexedstorage"
 )
 
 // The size of a chunk, the unit an archive step moves and the bound on its memory: at most
@@ -75,4 +77,12 @@ type Layer interface {
 	// entries for in mode, and true, if the layer can enumerate them. Only such a layer can be the
 	// source of a sweep route; a layer answering false is a target only.
 	ScanNamespace(mode Mode) (ns string, ok bool)
+
+	// ScanAgents walks the keys of the scan namespace with indexedstorage ScanStable semantics (a key
+	// present for the whole walk is handed back at least once, whatever the caller deletes). A layer
+	// whose ScanNamespace answers false returns ErrNotEnumerable.
+	ScanAgents(ctx context.Context, mode Mode, from is.Resume, count int) (is.Page, error)
 }
+
+// ErrNotEnumerable is returned by ScanAgents of a layer that cannot enumerate its agents.
+var ErrNotEnumerable = errors.New("layer cannot enumerate its agents")

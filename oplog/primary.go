@@ -24,6 +24,11 @@ func (p *Primary) Name() string { return "primary" }
 // touch the primary, so the sweep must never take the primary as a source.
 func (p *Primary) ScanNamespace(Mode) (string, bool) { return "", false }
 
+// ScanAgents returns ErrNotEnumerable: see ScanNamespace.
+func (p *Primary) ScanAgents(context.Context, Mode, is.Resume, int) (is.Page, error) {
+	return is.Page{}, fmt.Errorf("primary: %w", ErrNotEnumerable)
+}
+
 // primaryReadBatch bounds one storage read, so a read that stops on bytes never holds much more than
 // its limit.
 const primaryReadBatch = 256

@@ -1,0 +1,150 @@
+package sweeper
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stratalog/strata/oplog"
+)
+
+func TestParseAgent(t *testing.T) {
+	if a, ok := parseAgent("comp:name:with:colons"); !ok || a != (oplog.AgentID{Component: "comp", Name: "name:with:colons"}) {
+		t.Fatalf("parseAgent: %+v %v", a, ok)
+	}
+	for _, bad := range []string{"no-colon", ":name", "comp:", ""} {
+		if _, ok := parseAgent(bad); ok {
+			t.Fatalf("parseAgent(%q) accepted", bad)
+		}
+	}
+}
+
+func TestUsable_StandsDownWithoutAUsableAssignment(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		a     Assignment
+		known bool
+		ok    bool
+	}{
+		{Assignment{}, false, false},
+		{Assignment{ShardCount: 0, Shards: []int{0}}, true, false},
+		{Assignment{ShardCount: 4}, true, false},
+		{Assignment{ShardCount: 4, Shards: []int{1}, LeaseUntil: now}, true, false},
+		{Assignment{ShardCount: 4, Shards: []int{1}, LeaseUntil: now.Add(time.Second)}, true, true},
+		{Assignment{ShardCount: 4, Shards: []int{1}}, true, true},
+	} {
+		if ok, why := usable(c.a, c.known, now); ok != c.ok || (!ok && why == "") {
+			t.Fatalf("usable(%+v, %v) = %v %q", c.a, c.known, ok, why)
+		}
+	}
+}
+
+func TestTriage_DecidesCheapestFirst(t *testing.T) {
+	mine := oplog.AgentID{Component: "c", Name: "mine"}
+	a := Assignment{ShardCount: 8, Shards: []int{mine.Shard(8)}}
+	var other oplog.AgentID
+	for i := 0; ; i++ {
+		other = oplog.AgentID{Component: "c", Name: string(rune('a' + i))}
+		if !owns(a, other) {
+			break
+		}
+	}
+	asked := 0
+	resident := func(oplog.AgentID) bool { asked++; return true }
+	if _, o, c := triage("garbage", a, resident); o != OutcomeUnparseable || c || asked != 0 {
+		t.Fatalf("unparseable: %s %v, residency asked %d times", o, c, asked)
+	}
+	if _, o, c := triage(other.Key(), a, resident); o != OutcomeNotOwned || c || asked != 0 {
+		t.Fatalf("other shard: %s %v, residency asked %d times", o, c, asked)
+	}
+	if _, o, c := triage(mine.Key(), a, resident); o != OutcomeResident || c || asked != 1 {
+		t.Fatalf("resident: %s %v", o, c)
+	}
+	if ag, o, c := triage(mine.Key(), a, func(oplog.AgentID) bool { return false }); o != "" || !c || ag != mine {
+		t.Fatalf("candidate: %+v %s %v", ag, o, c)
+	}
+}
+
+func TestAssess_QuietGateNeedsAnEarlierPass(t *testing.T) {
+	for _, c := range []struct {
+		seen    sighting
+		known   bool
+		current oplog.Index
+		pass    uint64
+		move    bool
+	}{
+		{sighting{}, false, 5, 2, false},        // never seen
+		{sighting{5, 1}, true, 5, 2, true},      // unchanged since the last pass
+		{sighting{5, 2}, true, 5, 2, false},     // seen in this pass already (a duplicate key)
+		{sighting{4, 1}, true, 5, 2, false},     // moved on
+		{sighting{5, 1}, true, 5, 7, true},      // any earlier pass will do
+		{sighting{6, 1}, true, 5, 2, false},     // went back (a second lifetime)
+	} {
+		if got := assess(c.seen, c.known, c.current, c.pass); got != c.move {
+			t.Fatalf("assess(%+v, %v, %d, %d) = %v", c.seen, c.known, c.current, c.pass, got)
+		}
+	}
+}
+
+func TestKeep_OnePassOfGrace(t *testing.T) {
+	if !keep(sighting{pass: 5}, 5) || !keep(sighting{pass: 4}, 5) || keep(sighting{pass: 3}, 5) {
+		t.Fatal("an entry must survive the completion of the pass that saw it and the next one only")
+	}
+}
+
+func TestShareAndPageBudget(t *testing.T) {
+	if share(10, 2) != 5 || share(5, 2) != 3 || share(1, 3) != 1 || share(0, 2) != 0 || share(3, 0) != 0 {
+		t.Fatal("share")
+	}
+	// Shares of what remains sum to the budget whatever each route uses of its share.
+	remaining, total := 100, 0
+	for left := 3; left > 0; left-- {
+		s := share(remaining, left)
+		total += s
+		remaining -= s
+	}
+	if total != 100 {
+		t.Fatalf("shares add up to %d", total)
+	}
+	if pageBudget(4096, 128) != 32 || pageBudget(10, 3) != 4 || pageBudget(0, 128) != 0 {
+		t.Fatal("pageBudget")
+	}
+}
+
+func TestOrder_StarvedRoutesGoFirst(t *testing.T) {
+	if got := order([]bool{false, true, false, true}); !slices.Equal(got, []int{1, 3, 0, 2}) {
+		t.Fatalf("order = %v", got)
+	}
+	if got := order([]bool{false, false}); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("order = %v", got)
+	}
+}
+
+func TestNextWait_DoublesToTheCapAndResets(t *testing.T) {
+	i := time.Minute
+	for hits, want := range []time.Duration{i, 2 * i, 4 * i, 8 * i, 8 * i, 8 * i} {
+		if got := nextWait(i, hits, 8); got != want {
+			t.Fatalf("nextWait(hits %d) = %v, want %v", hits, got, want)
+		}
+	}
+	if nextWait(i, 3, 0) != i || nextWait(i, 3, 1) != i {
+		t.Fatal("a cap of 0 or 1 must keep the wait at one interval")
+	}
+	if nextWait(i, 2, 3) != 3*i {
+		t.Fatalf("a cap between powers of two: %v", nextWait(i, 2, 3))
+	}
+}
+
+func TestConfig_ClampsAndValidation(t *testing.T) {
+	c := DefaultConfig()
+	c.Interval, c.MaxTickDuration = 0, 0
+	c = c.clamped()
+	if c.Interval != MinInterval || c.MaxTickDuration != MinTickDuration {
+		t.Fatalf("clamped %v %v", c.Interval, c.MaxTickDuration)
+	}
+	bad := DefaultConfig()
+	bad.PageSize = 0
+	if bad.Validate() == nil {
+		t.Fatal("page_size 0 accepted")
+	}
+}

@@ -1,0 +1,182 @@
+package sweeper
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/stratalog/strata/oplog"
+)
+
+// RouteReport is what one tick did on one route.
+type RouteReport struct {
+	Route         string
+	Outcomes      map[Outcome]int
+	Scanned       int             // keys decided
+	Pages         int             // scan calls
+	PassCompleted bool            // the walk reached the end of the namespace this tick
+	Truncated     Reason          // why the route stopped early, "" if it did not
+	Errors        int             // storage calls that failed for another reason than the tick's end
+	Moved         int             // entries moved to lower layers
+	Bytes         int64           // their payload bytes
+	Archived      []oplog.AgentID // agents drained to the bottom layer
+}
+
+// Report is what one tick did.
+type Report struct {
+	Start    time.Time
+	Duration time.Duration
+	// Disabled: the sweep is switched off and did nothing.
+	Disabled bool
+	// Unassigned: no usable shard assignment; nothing was scanned or archived.
+	Unassigned       bool
+	UnassignedReason string
+	Routes           []RouteReport
+	Outcomes         map[Outcome]int // over every route
+	Truncated        []Reason        // every reason a route stopped early, once each
+	DeadlineHit      bool
+	DeadlineHits     int           // consecutive ticks, this one included, that hit the deadline
+	NextWait         time.Duration // how long Run waits before the next tick
+	Tracked          int           // tracking entries after the tick
+}
+
+// Archived returns every agent the tick drained.
+func (r Report) Archived() []oplog.AgentID {
+	var out []oplog.AgentID
+	for _, rr := range r.Routes {
+		out = append(out, rr.Archived...)
+	}
+	return out
+}
+
+// Status is the sweep's state between ticks, for an operator.
+type Status struct {
+	Last         Report            // the last tick
+	Passes       map[string]uint64 // the pass each route is in
+	Tracked      int
+	DeadlineHits int
+	NextWait     time.Duration
+}
+
+// Status returns the state after the last tick. It does not wait for a tick under way.
+func (s *Sweeper) Status() Status {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	st := s.status
+	st.Passes = make(map[string]uint64, len(s.status.Passes))
+	for k, v := range s.status.Passes {
+		st.Passes[k] = v
+	}
+	return st
+}
+
+// finish totals the report, moves the backoff, publishes the status and records the metrics: the one
+// place a tick's outcome is accounted for.
+func (s *Sweeper) finish(rep *Report) {
+	for _, rr := range rep.Routes {
+		tally(rep.Outcomes).merge(rr.Outcomes)
+		if rr.Truncated != "" && !slices.Contains(rep.Truncated, rr.Truncated) {
+			rep.Truncated = append(rep.Truncated, rr.Truncated)
+		}
+	}
+	rep.DeadlineHit = slices.Contains(rep.Truncated, ReasonDeadline)
+	switch {
+	case rep.DeadlineHit:
+		s.hits++
+	case slices.Contains(rep.Truncated, ReasonShutdown):
+		// A tick cut by shutdown says nothing about the storage.
+	default:
+		s.hits = 0
+	}
+	rep.DeadlineHits = s.hits
+	rep.NextWait = nextWait(s.cfg.Interval, s.hits, s.cfg.MaxBackoffIntervals)
+	rep.Tracked = s.tracked
+
+	passes := make(map[string]uint64, len(s.routes))
+	for _, r := range s.routes {
+		passes[r.Name] = r.pass
+	}
+	s.statusMu.Lock()
+	s.status = Status{Last: *rep, Passes: passes, Tracked: s.tracked, DeadlineHits: s.hits, NextWait: rep.NextWait}
+	s.statusMu.Unlock()
+	s.m.record(*rep)
+}
+
+// instruments are the sweep's metrics. Names are Prometheus names once exported:
+// oplog_sweep_outcome_total{route,outcome}, oplog_sweep_tick_seconds, oplog_sweep_truncated_total{reason},
+// oplog_sweep_tracked_agents and oplog_sweep_deadline_hits.
+type instruments struct {
+	outcome   metric.Int64Counter
+	tick      metric.Float64Histogram
+	truncated metric.Int64Counter
+	moved     metric.Int64Counter
+}
+
+const meterName = "github.com/stratalog/strata/sweeper"
+
+func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	meter := mp.Meter(meterName)
+	m := &instruments{}
+	var err error
+	if m.outcome, err = meter.Int64Counter("oplog_sweep_outcome",
+		metric.WithDescription("Keys the sweep decided, by route and outcome. archived climbing on a healthy cluster means teardown drains are being lost.")); err != nil {
+		return nil, err
+	}
+	if m.tick, err = meter.Float64Histogram("oplog_sweep_tick", metric.WithUnit("s"),
+		metric.WithDescription("Duration of sweep ticks."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120)); err != nil {
+		return nil, err
+	}
+	if m.truncated, err = meter.Int64Counter("oplog_sweep_truncated",
+		metric.WithDescription("Ticks that stopped before their work was done, by reason: scan_budget, archive_budget, deadline, shutdown.")); err != nil {
+		return nil, err
+	}
+	if m.moved, err = meter.Int64Counter("oplog_sweep_moved_entries",
+		metric.WithDescription("Oplog entries the sweep moved to lower layers.")); err != nil {
+		return nil, err
+	}
+	tracked, err := meter.Int64ObservableGauge("oplog_sweep_tracked_agents",
+		metric.WithDescription("Agents in the sweep's tracking table."))
+	if err != nil {
+		return nil, err
+	}
+	hits, err := meter.Int64ObservableGauge("oplog_sweep_deadline_hits",
+		metric.WithDescription("Consecutive ticks that hit max_tick_duration; the wait between ticks doubles with each, up to max_backoff_intervals."))
+	if err != nil {
+		return nil, err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := s.Status()
+		o.ObserveInt64(tracked, int64(st.Tracked))
+		o.ObserveInt64(hits, int64(st.DeadlineHits))
+		return nil
+	}, tracked, hits)
+	return m, err
+}
+
+func (m *instruments) record(rep Report) {
+	ctx := context.Background()
+	if !rep.Disabled && !rep.Unassigned {
+		m.tick.Record(ctx, rep.Duration.Seconds())
+	}
+	for _, rr := range rep.Routes {
+		for _, o := range Outcomes {
+			if n := rr.Outcomes[o]; n > 0 {
+				m.outcome.Add(ctx, int64(n), metric.WithAttributes(attribute.String("route", rr.Route), attribute.String("outcome", string(o))))
+			}
+		}
+		if rr.Moved > 0 {
+			m.moved.Add(ctx, int64(rr.Moved), metric.WithAttributes(attribute.String("route", rr.Route)))
+		}
+	}
+	for _, reason := range rep.Truncated {
+		m.truncated.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", string(reason))))
+	}
+}

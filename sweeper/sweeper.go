@@ -1,0 +1,498 @@
+// Package sweeper finds stranded ephemeral oplogs by walking the oplog layers themselves and archives
+// them, in place of a scheduled row per invocation. A tick walks each route's namespace with ScanStable
+// (the scan phase), decides every key cheapest first, and only then archives the agents that passed the
+// quiet gate (the archive phase), under budgets, a deadline and a backoff that make it stand down when
+// storage is slow.
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
+)
+
+// Locker lets an embedding executor hold an agent while the sweep archives it. The sidecar has none:
+// it relies on residency, the quiet gate and the archive step's bounded drop.
+type Locker interface {
+	// TryLock holds the agent, or reports ok false when it is busy (the archive is declined and asked
+	// again on a later pass). unlock releases it.
+	TryLock(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (unlock func(), ok bool, err error)
+}
+
+// Options wire the sweep to its executor. Every field is optional.
+type Options struct {
+	// Residency reports whether the executor runs the agent now. It must answer from memory, and asking
+	// must not extend anything's lifetime: "is it resident" never keeps it resident. nil: none is.
+	Residency func(oplog.AgentID) bool
+	// Shards returns the executor's current assignment, read once per tick; false when there is none.
+	// nil: never assigned, and the sweep archives nothing.
+	Shards func() (Assignment, bool)
+	// Locker, if set, holds each agent during its archive.
+	Locker Locker
+	// OnDrained is called once for each agent whose whole stack drained to the bottom layer.
+	OnDrained func(oplog.AgentID, oplog.Mode)
+	// MeterProvider receives the sweep's metrics; nil records none.
+	MeterProvider metric.MeterProvider
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil: time.Now.
+	Now func() time.Time
+}
+
+// Route is one hop the sweep drives: agents found in Source (a layer that can enumerate them) are
+// archived towards Target, the layer under it.
+type Route struct {
+	Name   string // "{mode}-l{level}", e.g. "ephemeral-l1"
+	Mode   oplog.Mode
+	Level  int // the source's position among the archive layers, from 1
+	Source string
+	Target string
+}
+
+type route struct {
+	Route
+	source oplog.Layer
+
+	resume  is.Resume // where the pass continues; lives in memory only
+	pass    uint64    // the pass under way, from 1
+	seen    map[string]sighting
+	pending []candidate // passed the gate, not yet afforded by an archive budget
+	starved bool        // a tick could not afford it: it goes first next tick
+}
+
+type candidate struct {
+	key   string
+	agent oplog.AgentID
+	index oplog.Index // the last index the gate passed on
+	pass  uint64      // the pass whose sighting passed it
+}
+
+// Sweeper is the sweep over one stack. SweepOnce and Run may be called from one goroutine at a time
+// each; Status from any.
+type Sweeper struct {
+	cfg    Config
+	stack  *oplog.Stack
+	opts   Options
+	log    *slog.Logger
+	routes []*route
+	m      *instruments
+
+	mu      sync.Mutex // one tick at a time
+	tracked int        // entries over every route's table
+	hits    int        // consecutive ticks that hit their deadline
+
+	statusMu sync.Mutex
+	status   Status
+}
+
+// New builds the sweep over stack: its routes are derived from the stack, one for each swept mode and
+// each archive layer that can enumerate its agents and has a layer under it, in stack order.
+func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if stack == nil {
+		return nil, errors.New("sweeper needs a stack")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Sweeper{cfg: cfg.clamped(), stack: stack, opts: opts, log: opts.Logger}
+	for _, mode := range SweptModes {
+		for i, layer := range stack.Archives() {
+			below, ok := stack.Below(layer)
+			if _, scans := layer.ScanNamespace(mode); !scans || !ok {
+				continue
+			}
+			s.routes = append(s.routes, &route{
+				Route: Route{Name: fmt.Sprintf("%s-l%d", mode, i+1), Mode: mode, Level: i + 1,
+					Source: layer.Name(), Target: below.Name()},
+				source: layer, pass: 1, seen: map[string]sighting{},
+			})
+		}
+	}
+	var err error
+	if s.m, err = newInstruments(opts.MeterProvider, s); err != nil {
+		return nil, err
+	}
+	s.status.NextWait = s.cfg.Interval
+	return s, nil
+}
+
+// Routes returns the routes in stack order.
+func (s *Sweeper) Routes() []Route {
+	out := make([]Route, len(s.routes))
+	for i, r := range s.routes {
+		out[i] = r.Route
+	}
+	return out
+}
+
+// Config returns the configuration in force, clamps applied.
+func (s *Sweeper) Config() Config { return s.cfg }
+
+// Run ticks every Interval (longer while ticks keep hitting their deadline) until ctx is cancelled, and
+// returns nil then; an agent being archived when ctx is cancelled is drained fully first. A disabled
+// sweep returns at once.
+func (s *Sweeper) Run(ctx context.Context) error {
+	if !s.cfg.Enabled {
+		s.log.Info("sweep disabled: ephemeral agents register scheduled rows instead")
+		return nil
+	}
+	for {
+		rep := s.SweepOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		timer := time.NewTimer(rep.NextWait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+	}
+}
+
+// stopReason says why a tick must stop at a boundary: shutdown (the caller's context) or its deadline.
+func stopReason(shutdown, tick context.Context) Reason {
+	switch {
+	case shutdown.Err() != nil:
+		return ReasonShutdown
+	case tick.Err() != nil:
+		return ReasonDeadline
+	}
+	return ""
+}
+
+// SweepOnce runs one tick and reports it. It never panics and never returns an error: storage
+// failures are logged, counted and left for a later tick, since the work list is the layer itself.
+func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := s.opts.Now()
+	rep = Report{Start: start, Outcomes: tally{}}
+	defer func() {
+		rep.Duration = s.opts.Now().Sub(start)
+		s.finish(&rep)
+	}()
+	if !s.cfg.Enabled {
+		rep.Disabled = true
+		return rep
+	}
+	var assign Assignment
+	known := false
+	if s.opts.Shards != nil {
+		assign, known = s.opts.Shards()
+	}
+	if ok, why := usable(assign, known, start); !ok {
+		rep.Unassigned, rep.UnassignedReason = true, why
+		return rep
+	}
+	s.dropUnowned(assign)
+
+	tickCtx, cancel := context.WithTimeout(ctx, s.cfg.MaxTickDuration)
+	defer cancel()
+	scanLeft := s.cfg.MaxScannedPerTick
+	pagesLeft := pageBudget(scanLeft, s.cfg.PageSize)
+	archivesLeft := s.cfg.MaxArchivesPerTick
+
+	starved := make([]bool, len(s.routes))
+	for i, r := range s.routes {
+		starved[i] = r.starved
+	}
+	sequence := order(starved)
+	reports := make([]RouteReport, len(s.routes))
+	work := make([][]candidate, len(s.routes))
+
+	// Scan phase: walk and decide. Nothing is archived until every walk has stopped, because an archive
+	// step deletes keys under a cursor.
+	for n, i := range sequence {
+		r := s.routes[i]
+		rr := &reports[i]
+		*rr = RouteReport{Route: r.Name, Outcomes: tally{}}
+		left := len(sequence) - n
+		scanShare, pageShare, archiveShare := share(scanLeft, left), share(pagesLeft, left), share(archivesLeft, left)
+		switch reason := stopReason(ctx, tickCtx); {
+		case reason != "":
+			rr.Truncated, r.starved = reason, true
+			continue
+		case scanShare == 0 || pageShare == 0:
+			rr.Truncated, r.starved = ReasonScanBudget, true
+			continue
+		case archiveShare == 0:
+			rr.Truncated, r.starved = ReasonArchiveBudget, true
+			continue
+		}
+		r.starved = false
+		cands := s.scan(ctx, tickCtx, r, assign, scanShare, pageShare, archiveShare, rr)
+		afforded := min(len(cands), archiveShare)
+		work[i], r.pending = cands[:afforded], cands[afforded:]
+		scanLeft -= rr.Scanned
+		pagesLeft -= rr.Pages
+		archivesLeft -= afforded
+	}
+
+	// Archive phase.
+	for _, i := range sequence {
+		if len(work[i]) > 0 {
+			s.archiveAll(ctx, tickCtx, s.routes[i], work[i], assign, &reports[i])
+		}
+	}
+	for _, i := range sequence {
+		rep.Routes = append(rep.Routes, reports[i])
+	}
+	return rep
+}
+
+// scan walks the route from its resume token until a budget, the deadline or shutdown stops it, or its
+// pass completes, and returns the agents that passed the gate, those carried over first.
+func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, scanShare, pageShare, archiveShare int, rr *RouteReport) []candidate {
+	cands := slices.Clone(r.pending)
+	queued := map[string]bool{}
+	for _, c := range cands {
+		queued[c.key] = true
+	}
+	for {
+		switch {
+		case len(cands) >= archiveShare:
+			rr.Truncated = ReasonArchiveBudget
+			return cands
+		case rr.Scanned >= scanShare || rr.Pages >= pageShare:
+			rr.Truncated = ReasonScanBudget
+			return cands
+		}
+		if reason := stopReason(ctx, tickCtx); reason != "" {
+			rr.Truncated = reason
+			return cands
+		}
+		page, err := r.source.ScanAgents(tickCtx, r.Mode, r.resume, s.cfg.PageSize)
+		rr.Pages++
+		if err != nil {
+			s.storageError(ctx, tickCtx, rr, "scan", err)
+			return cands
+		}
+		// Decide the whole page; if the tick is cut inside it, keep the old token so the keys not
+		// decided are read again rather than skipped (a page is never trimmed).
+		for _, key := range page.Keys {
+			c, outcome, ok := s.decide(tickCtx, r, a, key)
+			if !ok {
+				s.storageError(ctx, tickCtx, rr, "read last index", c.err)
+				return cands
+			}
+			rr.Scanned++
+			if outcome != "" {
+				rr.Outcomes[outcome]++
+				continue
+			}
+			if !queued[key] {
+				queued[key] = true
+				cands = append(cands, c.candidate)
+			}
+		}
+		if page.Done {
+			s.completePass(r)
+			rr.PassCompleted = true
+			return cands
+		}
+		r.resume = page.Next
+	}
+}
+
+type decision struct {
+	candidate
+	err error
+}
+
+// decide runs one key through triage and, if it survives, one storage read and the quiet gate. An
+// empty outcome means the agent passed the gate and is a candidate. ok is false on a storage error.
+func (s *Sweeper) decide(ctx context.Context, r *route, a Assignment, key string) (d decision, outcome Outcome, ok bool) {
+	agent, outcome, worth := triage(key, a, s.opts.Residency)
+	if !worth {
+		return d, outcome, true
+	}
+	last, exists, err := r.source.LastIndex(ctx, agent, r.Mode)
+	if err != nil {
+		return decision{err: err}, "", false
+	}
+	if !exists {
+		s.forget(r, key)
+		return d, OutcomeEmpty, true
+	}
+	seen, known := r.seen[key]
+	if assess(seen, known, last, r.pass) {
+		// Re-stamped before the archive, so a failed archive keeps the gate it passed.
+		r.seen[key] = sighting{index: last, pass: r.pass}
+		return decision{candidate: candidate{key: key, agent: agent, index: last, pass: r.pass}}, "", true
+	}
+	if !known && s.tracked >= s.cfg.MaxTrackedAgents {
+		return d, OutcomeUntracked, true
+	}
+	if !known {
+		s.tracked++
+	}
+	r.seen[key] = sighting{index: last, pass: r.pass}
+	return d, OutcomeWaiting, true
+}
+
+func (s *Sweeper) forget(r *route, key string) {
+	if _, ok := r.seen[key]; ok {
+		delete(r.seen, key)
+		s.tracked--
+	}
+}
+
+// completePass ends the route's pass: entries neither this pass nor the one before saw are dropped,
+// and the next pass starts from the beginning.
+func (s *Sweeper) completePass(r *route) {
+	for key, seen := range r.seen {
+		if !keep(seen, r.pass) {
+			s.forget(r, key)
+		}
+	}
+	r.pass++
+	r.resume = is.Resume{}
+}
+
+// dropUnowned drops at once the tracking entries of agents on shards the assignment no longer owns.
+func (s *Sweeper) dropUnowned(a Assignment) {
+	for _, r := range s.routes {
+		for key := range r.seen {
+			if agent, ok := parseAgent(key); !ok || !owns(a, agent) {
+				s.forget(r, key)
+			}
+		}
+		r.pending = slices.DeleteFunc(r.pending, func(c candidate) bool { return !owns(a, c.agent) })
+	}
+}
+
+// storageError records a failed storage call: a cut by the deadline or shutdown truncates the route, any
+// other failure is logged and counted, the work staying in the layer for a later tick.
+func (s *Sweeper) storageError(ctx, tickCtx context.Context, rr *RouteReport, what string, err error) {
+	if reason := stopReason(ctx, tickCtx); reason != "" {
+		rr.Truncated = reason
+		return
+	}
+	rr.Errors++
+	s.log.Warn("sweep storage call failed; the route resumes next tick", "route", rr.Route, "call", what, "err", err)
+}
+
+type archived struct {
+	candidate
+	outcome Outcome
+	drained oplog.Drained
+	current oplog.Index // the last index the archive step found, when it declined a moved-on agent
+}
+
+// archiveAll archives the candidates, at most MaxConcurrency at once. Shutdown and the deadline are
+// checked before each agent and never inside one: an agent under way drains fully.
+func (s *Sweeper) archiveAll(ctx, tickCtx context.Context, r *route, cands []candidate, a Assignment, rr *RouteReport) {
+	results := make(chan archived, len(cands))
+	slots := make(chan struct{}, s.cfg.MaxConcurrency)
+	var wg sync.WaitGroup
+	started := 0
+dispatch:
+	for _, c := range cands {
+		select {
+		case slots <- struct{}{}:
+		case <-tickCtx.Done():
+		}
+		if reason := stopReason(ctx, tickCtx); reason != "" {
+			rr.Truncated = reason
+			break dispatch
+		}
+		started++
+		wg.Go(func() {
+			defer func() { <-slots }()
+			results <- s.archive(ctx, r, c, a)
+		})
+	}
+	wg.Wait()
+	close(results)
+	// Whatever the stop left unstarted is carried to the next tick, ahead of new work.
+	r.pending = append(slices.Clone(cands[started:]), r.pending...)
+	for res := range results {
+		rr.Outcomes[res.outcome]++
+		switch res.outcome {
+		case OutcomeArchived:
+			rr.Moved += res.drained.Moved
+			rr.Bytes += res.drained.Bytes
+			rr.Archived = append(rr.Archived, res.agent)
+			s.forget(r, res.key)
+			if s.opts.OnDrained != nil {
+				s.opts.OnDrained(res.agent, r.Mode)
+			}
+		case OutcomeDeclined:
+			if res.current == 0 {
+				s.forget(r, res.key)
+			} else if _, ok := r.seen[res.key]; ok {
+				// Stamped with the pass that saw it, so an agent that is quiet from now on passes the
+				// gate on the next pass.
+				r.seen[res.key] = sighting{index: res.current, pass: res.pass}
+			}
+		}
+	}
+}
+
+// archive drains one agent. It runs under a context without the tick's cancellation: once started, an
+// agent is never cut between an append below and a drop above by shutdown or the deadline.
+func (s *Sweeper) archive(ctx context.Context, r *route, c candidate, a Assignment) archived {
+	res := archived{candidate: c}
+	if s.opts.Residency != nil && s.opts.Residency(c.agent) {
+		// Picked up by the executor since the scan.
+		res.outcome = OutcomeResident
+		return res
+	}
+	stepCtx := context.WithoutCancel(ctx)
+	if s.opts.Locker != nil {
+		unlock, ok, err := s.opts.Locker.TryLock(stepCtx, c.agent, r.Mode)
+		if err != nil {
+			s.log.Warn("sweep could not lock an agent", "route", r.Name, "agent", c.agent.Key(), "err", err)
+			res.outcome = OutcomeArchiveFailed
+			return res
+		}
+		if !ok {
+			res.outcome, res.current = OutcomeDeclined, c.index
+			return res
+		}
+		defer unlock()
+	}
+	last, exists, err := r.source.LastIndex(stepCtx, c.agent, r.Mode)
+	switch {
+	case err != nil:
+		s.log.Warn("sweep archive failed", "route", r.Name, "agent", c.agent.Key(), "err", err)
+		res.outcome = OutcomeArchiveFailed
+		return res
+	case !exists:
+		res.outcome = OutcomeDeclined // gone: drained by its own teardown
+		return res
+	case last != c.index:
+		res.outcome, res.current = OutcomeDeclined, last // moved on since the gate
+		return res
+	}
+	res.drained, err = s.stack.Drain(stepCtx, c.agent, r.Mode)
+	switch {
+	case errors.Is(err, oplog.ErrStepCap):
+		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
+			"agent", c.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
+		res.outcome = OutcomeArchiveFailed
+	case err != nil:
+		s.log.Warn("sweep archive failed", "route", r.Name, "agent", c.agent.Key(), "err", err)
+		res.outcome = OutcomeArchiveFailed
+	default:
+		res.outcome = OutcomeArchived
+	}
+	return res
+}

@@ -1,0 +1,628 @@
+package sweeper_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/memory"
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/sweeper"
+)
+
+func TestSweep_ArchivesOnlyAfterTheIndexSurvivesAnEarlierPass(t *testing.T) {
+	e := newEnv(t, config())
+	a := agent("stranded")
+	e.strand(a, 1, 10)
+
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeWaiting] != 1 || !rep.Routes[0].PassCompleted {
+		t.Fatalf("first tick: %+v", rep.Routes)
+	}
+	e.requireStranded(a, 10)
+
+	rep = e.tick()
+	if rep.Outcomes[sweeper.OutcomeArchived] != 1 || !slices.Equal(rep.Archived(), []oplog.AgentID{a}) {
+		t.Fatalf("second tick: %+v", rep.Routes)
+	}
+	e.requireArchived(a, 10)
+	if rep.Routes[0].Moved != 10 {
+		t.Fatalf("moved %d entries, want 10", rep.Routes[0].Moved)
+	}
+}
+
+func TestSweep_AnAgentWhoseIndexChangesBetweenPassesWaits(t *testing.T) {
+	e := newEnv(t, config())
+	a := agent("busy")
+	e.strand(a, 1, 5)
+	e.tick()
+	e.strand(a, 6, 5) // still being written between the two passes
+	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeWaiting] != 1 || rep.Outcomes[sweeper.OutcomeArchived] != 0 {
+		t.Fatalf("moved-on agent: %+v", rep.Outcomes)
+	}
+	e.requireStranded(a, 10)
+	e.tick()
+	e.requireArchived(a, 10)
+}
+
+func TestSweep_AKeyRepeatedWithinOnePassNeverQualifies(t *testing.T) {
+	e := newEnv(t, config())
+	e.st.set(func(p *probe) { p.duplicate = true })
+	a := agent("twice")
+	e.strand(a, 1, 3)
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeArchived] != 0 || rep.Outcomes[sweeper.OutcomeWaiting] != 2 {
+		t.Fatalf("a key seen twice in one pass: %+v", rep.Outcomes)
+	}
+	e.requireStranded(a, 3)
+
+	// A pass that spans ticks: with one key a tick, the duplicate lands in the next tick, same pass.
+	cfg := config()
+	cfg.PageSize, cfg.MaxScannedPerTick = 1, 1
+	e = newEnv(t, cfg)
+	e.st.set(func(p *probe) { p.duplicate = true })
+	b, c := agent("b"), agent("c")
+	e.strand(b, 1, 2)
+	e.strand(c, 1, 2)
+	for range 2 {
+		if rep := e.tick(); rep.Outcomes[sweeper.OutcomeArchived] != 0 {
+			t.Fatalf("archived within the first pass: %+v", rep.Routes)
+		}
+	}
+	e.requireStranded(b, 2)
+}
+
+// countingLocker records how many agents it holds at once.
+type countingLocker struct {
+	mu      sync.Mutex
+	held    int
+	maxHeld int
+	busy    map[oplog.AgentID]bool
+	during  func()
+}
+
+func (l *countingLocker) TryLock(_ context.Context, a oplog.AgentID, _ oplog.Mode) (func(), bool, error) {
+	l.mu.Lock()
+	if l.busy[a] {
+		l.mu.Unlock()
+		return nil, false, nil
+	}
+	l.held++
+	l.maxHeld = max(l.maxHeld, l.held)
+	during := l.during
+	l.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	return func() { l.mu.Lock(); l.held--; l.mu.Unlock() }, true, nil
+}
+
+func TestSweep_ResidentAndOtherShardAgentsAreLeftAloneWithoutReads(t *testing.T) {
+	e := newEnv(t, config())
+	mine, resident := agent("mine"), agent("resident")
+	var foreign oplog.AgentID
+	for i := 0; ; i++ {
+		foreign = agent(fmt.Sprint("foreign-", i))
+		if foreign.Shard(2) != mine.Shard(2) {
+			break
+		}
+	}
+	e.setAssignment(sweeper.Assignment{ShardCount: 2, Shards: []int{mine.Shard(2)}}, true)
+	if resident.Shard(2) != mine.Shard(2) {
+		resident = foreign // keep the resident agent on our shard
+		for i := 0; ; i++ {
+			resident = agent(fmt.Sprint("resident-", i))
+			if resident.Shard(2) == mine.Shard(2) {
+				break
+			}
+		}
+	}
+	for _, a := range []oplog.AgentID{mine, resident, foreign} {
+		e.strand(a, 1, 4)
+	}
+	e.setResident(resident, true)
+	before := map[oplog.AgentID]int{resident: e.st.lastsOf(resident), foreign: e.st.lastsOf(foreign)}
+	var rep sweeper.Report
+	for range 3 {
+		rep = e.tick()
+	}
+	if rep.Outcomes[sweeper.OutcomeResident] != 1 || rep.Outcomes[sweeper.OutcomeNotOwned] != 1 {
+		t.Fatalf("outcomes %+v", rep.Outcomes)
+	}
+	e.requireArchived(mine, 4)
+	e.requireStranded(resident, 4)
+	e.requireStranded(foreign, 4)
+	for a, n := range before {
+		if got := e.st.lastsOf(a); got != n {
+			t.Fatalf("%s cost %d storage reads; deciding it must cost none", a, got-n)
+		}
+	}
+	// Once no longer resident, it is swept like any other.
+	e.setResident(resident, false)
+	e.tick()
+	e.tick()
+	e.requireArchived(resident, 4)
+}
+
+func TestSweep_ACompletedPassForgetsAgentsThatLeftTheLayer(t *testing.T) {
+	e := newEnv(t, config())
+	gone, stays := agent("gone"), agent("stays")
+	e.strand(gone, 1, 3)
+	e.strand(stays, 1, 3)
+	e.setResident(stays, false)
+	if rep := e.tick(); rep.Tracked != 2 {
+		t.Fatalf("tracked %d after the first pass", rep.Tracked)
+	}
+	// Its own teardown drains it between passes; the other becomes resident so it stays in the layer.
+	if _, err := e.stack.Drain(t.Context(), gone, oplog.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	e.setResident(stays, true)
+	rep := e.tick() // pass 2 completes without seeing either: one pass of grace
+	if rep.Tracked != 2 {
+		t.Fatalf("tracked %d after one pass without a sighting, want 2 (grace)", rep.Tracked)
+	}
+	rep = e.tick() // pass 3: neither seen in pass 2 or 3
+	if rep.Tracked != 0 {
+		t.Fatalf("tracked %d after two passes without a sighting, want 0", rep.Tracked)
+	}
+}
+
+func TestSweep_MaxTrackedAgentsIsABackstopThatWipesNothing(t *testing.T) {
+	cfg := config()
+	cfg.MaxTrackedAgents = 3
+	e := newEnv(t, cfg)
+	var agents []oplog.AgentID
+	for i := range 5 {
+		a := agent(fmt.Sprint("agent-", i))
+		agents = append(agents, a)
+		e.strand(a, 1, 2)
+	}
+	rep := e.tick()
+	if rep.Tracked != 3 || rep.Outcomes[sweeper.OutcomeUntracked] != 2 || rep.Outcomes[sweeper.OutcomeWaiting] != 3 {
+		t.Fatalf("first tick: tracked %d, outcomes %+v", rep.Tracked, rep.Outcomes)
+	}
+	rep = e.tick()
+	if rep.Outcomes[sweeper.OutcomeArchived] != 3 {
+		t.Fatalf("second tick archived %d of the 3 tracked agents", rep.Outcomes[sweeper.OutcomeArchived])
+	}
+	for range 2 {
+		e.tick()
+	}
+	for _, a := range agents {
+		e.requireArchived(a, 2)
+	}
+}
+
+// strandMany strands n agents of two entries each.
+func strandMany(e *env, n int) []oplog.AgentID {
+	var agents []oplog.AgentID
+	for i := range n {
+		a := agent(fmt.Sprintf("agent-%03d", i))
+		agents = append(agents, a)
+		e.strand(a, 1, 2)
+	}
+	return agents
+}
+
+// sweepUntilDrained ticks until every agent is archived, failing after limit ticks.
+func sweepUntilDrained(e *env, agents []oplog.AgentID, limit int) (ticks int, reports []sweeper.Report) {
+	e.t.Helper()
+	for ticks = 1; ticks <= limit; ticks++ {
+		reports = append(reports, e.tick())
+		if !slices.ContainsFunc(agents, e.inLayer) {
+			for _, a := range agents {
+				e.requireArchived(a, 2)
+			}
+			return ticks, reports
+		}
+	}
+	e.t.Fatalf("agents still stranded after %d ticks", limit)
+	return
+}
+
+func TestSweep_EachBudgetTruncatesAndTheNextTickFinishes(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		set    func(*sweeper.Config)
+		reason sweeper.Reason
+		check  func(t *testing.T, rep sweeper.Report)
+	}{
+		{"page_size", func(c *sweeper.Config) { c.PageSize = 3 }, "", func(t *testing.T, rep sweeper.Report) {
+			if rep.Routes[0].Pages < 4 {
+				t.Fatalf("pages of 3 over 10 keys took %d calls", rep.Routes[0].Pages)
+			}
+		}},
+		{"max_scanned_per_tick", func(c *sweeper.Config) { c.PageSize, c.MaxScannedPerTick = 2, 4 }, sweeper.ReasonScanBudget,
+			func(t *testing.T, rep sweeper.Report) {
+				if rep.Routes[0].Scanned > 4 {
+					t.Fatalf("scanned %d keys with a budget of 4", rep.Routes[0].Scanned)
+				}
+			}},
+		{"max_archives_per_tick", func(c *sweeper.Config) { c.MaxArchivesPerTick = 3 }, sweeper.ReasonArchiveBudget,
+			func(t *testing.T, rep sweeper.Report) {
+				if n := rep.Outcomes[sweeper.OutcomeArchived]; n > 3 {
+					t.Fatalf("archived %d with a budget of 3", n)
+				}
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config()
+			c.set(&cfg)
+			e := newEnv(t, cfg)
+			agents := strandMany(e, 10)
+			_, reports := sweepUntilDrained(e, agents, 40)
+			truncated := false
+			for _, rep := range reports {
+				c.check(t, rep)
+				truncated = truncated || slices.Contains(rep.Truncated, c.reason)
+			}
+			if c.reason != "" && !truncated {
+				t.Fatalf("no tick was truncated by %s", c.reason)
+			}
+		})
+	}
+	t.Run("max_concurrency", func(t *testing.T) {
+		cfg := config()
+		cfg.MaxConcurrency = 2
+		locker := &countingLocker{busy: map[oplog.AgentID]bool{}}
+		locker.during = func() { time.Sleep(time.Millisecond) } // widen the window in which agents overlap
+		e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) { o.Locker = locker }))
+		agents := strandMany(e, 10)
+		sweepUntilDrained(e, agents, 5)
+		if locker.maxHeld > 2 {
+			t.Fatalf("%d agents archived at once with max_concurrency 2", locker.maxHeld)
+		}
+	})
+}
+
+func TestSweep_BudgetsArePerTickAcrossRoutes(t *testing.T) {
+	cfg := config()
+	cfg.PageSize, cfg.MaxScannedPerTick, cfg.MaxArchivesPerTick = 2, 4, 4
+	e := newEnv(t, cfg, withCompressedLevels(2))
+	if routes := e.sw.Routes(); len(routes) != 2 || routes[0].Name != "ephemeral-l1" || routes[1].Name != "ephemeral-l2" {
+		t.Fatalf("routes %+v", routes)
+	}
+	agents := strandMany(e, 8)
+	// Strand a second group at level 2, as a drain interrupted after its first hop leaves them.
+	var deep []oplog.AgentID
+	for i := range 8 {
+		a := agent(fmt.Sprint("deep-", i))
+		deep = append(deep, a)
+		e.strand(a, 1, 2)
+		if _, err := e.stack.ArchiveStep(t.Context(), a, oplog.Ephemeral); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for tick := 0; tick < 30 && (slices.ContainsFunc(agents, e.inLayer) || slices.ContainsFunc(deep, func(a oplog.AgentID) bool {
+		ok, _ := e.st.Storage.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 2), a.Key())
+		return ok
+	})); tick++ {
+		rep := e.tick()
+		scanned, attempts := 0, 0
+		for _, rr := range rep.Routes {
+			scanned += rr.Scanned
+			for _, o := range []sweeper.Outcome{sweeper.OutcomeArchived, sweeper.OutcomeDeclined, sweeper.OutcomeArchiveFailed} {
+				attempts += rr.Outcomes[o]
+			}
+		}
+		// The scan budget is soft by one page; the archive budget is hard. Two routes must not double them.
+		if scanned > cfg.MaxScannedPerTick+cfg.PageSize-1 || attempts > cfg.MaxArchivesPerTick {
+			t.Fatalf("tick %d: %d keys scanned and %d archives over two routes, budgets %d and %d",
+				tick, scanned, attempts, cfg.MaxScannedPerTick, cfg.MaxArchivesPerTick)
+		}
+	}
+	for _, a := range append(agents, deep...) {
+		e.requireArchived(a, 2)
+	}
+}
+
+func TestSweep_NoUsableAssignmentArchivesNothing(t *testing.T) {
+	for name, set := range map[string]func(e *env){
+		"none":        func(e *env) { e.setAssignment(sweeper.Assignment{}, false) },
+		"zero shards": func(e *env) { e.setAssignment(sweeper.Assignment{ShardCount: 0, Shards: []int{0}}, true) },
+		"no shards":   func(e *env) { e.setAssignment(sweeper.Assignment{ShardCount: 4}, true) },
+		"lapsed lease": func(e *env) {
+			e.setAssignment(sweeper.Assignment{ShardCount: 1, Shards: []int{0}, LeaseUntil: time.Now().Add(-time.Second)}, true)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, config())
+			a := agent("x")
+			e.strand(a, 1, 2)
+			e.tick() // sighted while assigned
+			set(e)
+			pagesBefore := e.st.pages
+			for range 3 {
+				if rep := e.tick(); !rep.Unassigned || rep.UnassignedReason == "" || len(rep.Archived()) != 0 {
+					t.Fatalf("report %+v", rep)
+				}
+			}
+			if e.st.pages != pagesBefore {
+				t.Fatal("an unassigned sweep read pages")
+			}
+			e.requireStranded(a, 2)
+		})
+	}
+}
+
+func TestSweep_NoRouteNamesADurableMode(t *testing.T) {
+	for levels := 1; levels <= 3; levels++ {
+		e := newEnv(t, config(), withCompressedLevels(levels))
+		routes := e.sw.Routes()
+		if len(routes) != levels {
+			t.Fatalf("%d compressed levels gave %d routes", levels, len(routes))
+		}
+		for i, r := range routes {
+			if r.Mode != oplog.Ephemeral || !strings.HasPrefix(r.Name, "ephemeral-") || r.Level != i+1 {
+				t.Fatalf("route %+v", r)
+			}
+		}
+	}
+	if !slices.Equal(sweeper.SweptModes, []oplog.Mode{oplog.Ephemeral}) {
+		t.Fatalf("swept modes %v", sweeper.SweptModes)
+	}
+}
+
+func TestSweep_DurableOplogsAreNeverTouched(t *testing.T) {
+	e := newEnv(t, config())
+	a := agent("durable")
+	if err := e.stack.Append(t.Context(), a, oplog.Durable, []oplog.Entry{{Index: 1, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.ArchiveStep(t.Context(), a, oplog.Durable); err != nil { // now in durable/compressed/1
+		t.Fatal(err)
+	}
+	for range 3 {
+		if rep := e.tick(); rep.Routes[0].Scanned != 0 {
+			t.Fatalf("the sweep scanned durable keys: %+v", rep.Routes)
+		}
+	}
+	if ok, _ := e.st.Storage.Exists(t.Context(), oplog.CompressedNamespace(oplog.Durable, 1), a.Key()); !ok {
+		t.Fatal("the durable oplog moved")
+	}
+}
+
+func TestSweep_CancellingMidArchiveFinishesTheAgentInHandThenStops(t *testing.T) {
+	cfg := config()
+	cfg.MaxConcurrency = 1
+	ctx, cancel := context.WithCancel(t.Context())
+	var locked atomic.Int32
+	locker := &countingLocker{busy: map[oplog.AgentID]bool{}, during: func() {
+		if locked.Add(1) == 1 {
+			cancel() // shutdown arrives while the first agent is being archived
+		}
+	}}
+	e := newEnv(t, cfg, withCompressedLevels(2), withOptions(func(o *sweeper.Options) { o.Locker = locker }))
+	agents := strandMany(e, 5)
+	e.tick()
+	rep := e.sw.SweepOnce(ctx)
+	if got := rep.Outcomes[sweeper.OutcomeArchived]; got != 1 {
+		t.Fatalf("archived %d agents after shutdown began during the first, want exactly that one", got)
+	}
+	if !slices.Contains(rep.Truncated, sweeper.ReasonShutdown) {
+		t.Fatalf("report not truncated by shutdown: %+v", rep.Truncated)
+	}
+	first := rep.Archived()[0]
+	e.requireArchived(first, 2) // all its hops, down to the blob layer
+	for _, a := range agents {
+		if a != first {
+			e.requireStranded(a, 2)
+		}
+	}
+	// The agents it did not reach are archived by the next tick.
+	e.tick()
+	for _, a := range agents {
+		e.requireArchived(a, 2)
+	}
+}
+
+func TestSweep_CancellingBetweenPagesStopsAtOnce(t *testing.T) {
+	cfg := config()
+	cfg.PageSize = 2
+	ctx, cancel := context.WithCancel(t.Context())
+	e := newEnv(t, cfg)
+	strandMany(e, 10)
+	e.st.set(func(p *probe) {
+		p.onPage = func(n int) {
+			if n == 1 {
+				cancel()
+			}
+		}
+	})
+	rep := e.sw.SweepOnce(ctx)
+	if !slices.Contains(rep.Truncated, sweeper.ReasonShutdown) || rep.Routes[0].Pages != 1 {
+		t.Fatalf("pages %d, truncated %v; want one page and shutdown", rep.Routes[0].Pages, rep.Truncated)
+	}
+	if rep.DeadlineHits != 0 {
+		t.Fatal("a tick cut by shutdown counted as a deadline hit")
+	}
+}
+
+func TestSweep_SlowStorageHitsTheDeadlineAndTheWaitBacksOff(t *testing.T) {
+	cfg := config()
+	cfg.Interval, cfg.MaxTickDuration, cfg.MaxBackoffIntervals, cfg.PageSize = time.Second, time.Second, 4, 1
+	e := newEnv(t, cfg)
+	strandMany(e, 50)
+	e.st.set(func(p *probe) { p.latency = 300 * time.Millisecond })
+	for i, want := range []time.Duration{2 * time.Second, 4 * time.Second, 4 * time.Second} {
+		rep := e.tick()
+		if !rep.DeadlineHit || !slices.Contains(rep.Truncated, sweeper.ReasonDeadline) || rep.NextWait != want {
+			t.Fatalf("slow tick %d: deadline %v, truncated %v, next wait %v (want %v)", i, rep.DeadlineHit, rep.Truncated, rep.NextWait, want)
+		}
+		if rep.Routes[0].Scanned >= 50 {
+			t.Fatalf("a tick past its deadline scanned everything")
+		}
+	}
+	e.st.set(func(p *probe) { p.latency = 0 })
+	if rep := e.tick(); rep.DeadlineHit || rep.NextWait != time.Second || rep.DeadlineHits != 0 {
+		t.Fatalf("fast tick: deadline %v, next wait %v", rep.DeadlineHit, rep.NextWait)
+	}
+}
+
+// stuckLayer wraps a layer and, for one agent, keeps reporting entries after every drop: a layer that
+// miscounts, which only the step cap stops.
+type stuckLayer struct {
+	oplog.Layer
+	stuck oplog.AgentID
+}
+
+func (l stuckLayer) LastIndex(ctx context.Context, a oplog.AgentID, m oplog.Mode) (oplog.Index, bool, error) {
+	idx, ok, err := l.Layer.LastIndex(ctx, a, m)
+	if a == l.stuck && err == nil && !ok {
+		return 2, true, nil
+	}
+	return idx, ok, err
+}
+
+func TestSweep_TheStepCapFailsTheArchiveAndKeepsTheAgentTracked(t *testing.T) {
+	stuck := agent("stuck")
+	e := newEnv(t, config(), withCompressedLevels(2), func(e *env, _ *sweeper.Options, archives *[]oplog.Layer) {
+		(*archives)[1] = stuckLayer{Layer: (*archives)[1], stuck: stuck}
+	})
+	e.strand(stuck, 1, 2)
+	e.tick()
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeArchiveFailed] != 1 || rep.Outcomes[sweeper.OutcomeArchived] != 0 {
+		t.Fatalf("outcomes %+v", rep.Outcomes)
+	}
+	if rep.Tracked != 1 {
+		t.Fatalf("tracked %d after the step cap, want the agent kept", rep.Tracked)
+	}
+	if e.drainedCount(stuck) != 0 {
+		t.Fatal("OnDrained fired for an agent that hit the step cap")
+	}
+	if !strings.Contains(e.logs.String(), "step cap") {
+		t.Fatalf("no warning logged: %s", e.logs.String())
+	}
+}
+
+func TestSweep_OnDrainedFiresOncePerDrainedAgent(t *testing.T) {
+	e := newEnv(t, config())
+	agents := strandMany(e, 6)
+	for range 4 {
+		e.tick()
+	}
+	for _, a := range agents {
+		if n := e.drainedCount(a); n != 1 {
+			t.Fatalf("OnDrained fired %d times for %s", n, a)
+		}
+	}
+}
+
+func TestSweep_DeclinesAnAgentPickedUpSinceTheGate(t *testing.T) {
+	locker := &countingLocker{busy: map[oplog.AgentID]bool{}}
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.Locker = locker }))
+	a := agent("locked")
+	e.strand(a, 1, 2)
+	e.tick()
+	locker.mu.Lock()
+	locker.busy[a] = true
+	locker.mu.Unlock()
+	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeDeclined] != 1 {
+		t.Fatalf("outcomes %+v", rep.Outcomes)
+	}
+	e.requireStranded(a, 2)
+	locker.mu.Lock()
+	locker.busy[a] = false
+	locker.mu.Unlock()
+	e.tick()
+	e.requireArchived(a, 2)
+}
+
+func TestSweep_ASecondLifetimeIsSweptLikeAnyOther(t *testing.T) {
+	e := newEnv(t, config())
+	a := agent("reborn")
+	e.strand(a, 1, 3)
+	e.tick()
+	e.tick()
+	e.requireArchived(a, 3)
+	e.strand(a, 4, 3) // invoked again under the same id, no Create entry
+	e.tick()
+	e.tick()
+	e.requireArchived(a, 6)
+}
+
+func TestSweep_DisabledDoesNothingAndRunReturns(t *testing.T) {
+	cfg := config()
+	cfg.Enabled = false
+	e := newEnv(t, cfg)
+	a := agent("x")
+	e.strand(a, 1, 2)
+	if rep := e.tick(); !rep.Disabled {
+		t.Fatalf("report %+v", rep)
+	}
+	if err := e.sw.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.requireStranded(a, 2)
+}
+
+func TestRun_StopsOnCancelAfterArchiving(t *testing.T) {
+	cfg := config()
+	cfg.Interval = sweeper.MinInterval
+	var drained atomic.Int32
+	ctx, cancel := context.WithCancel(t.Context())
+	e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) {
+		o.OnDrained = func(oplog.AgentID, oplog.Mode) {
+			if drained.Add(1) == 3 {
+				cancel()
+			}
+		}
+	}))
+	agents := strandMany(e, 3)
+	done := make(chan error)
+	go func() { done <- e.sw.Run(ctx) }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		e.requireArchived(a, 2)
+	}
+}
+
+func TestNew_RejectsInvalidConfigAndAStackWithoutSources(t *testing.T) {
+	cfg := config()
+	cfg.MaxConcurrency = 0
+	st := memory.New()
+	c1, _ := archive.NewCompressed(st, 1)
+	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
+	stack, _ := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	if _, err := sweeper.New(cfg, stack, sweeper.Options{}); err == nil {
+		t.Fatal("max_concurrency 0 accepted")
+	}
+	if _, err := sweeper.New(config(), nil, sweeper.Options{}); err == nil {
+		t.Fatal("nil stack accepted")
+	}
+	// A stack whose only archive is the blob layer has nothing to sweep: no routes, no error.
+	blobOnly, _ := oplog.NewStack(oplog.NewPrimary(st), b0)
+	sw, err := sweeper.New(config(), blobOnly, sweeper.Options{})
+	if err != nil || len(sw.Routes()) != 0 {
+		t.Fatalf("blob-only stack: %v routes, %v", sw.Routes(), err)
+	}
+}
+
+func TestSweep_AnAgentWrittenBetweenGateAndArchiveIsDeclined(t *testing.T) {
+	locker := &countingLocker{busy: map[oplog.AgentID]bool{}}
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.Locker = locker }))
+	a := agent("revived")
+	e.strand(a, 1, 2)
+	e.tick()
+	var once sync.Once
+	locker.during = func() { once.Do(func() { e.strand(a, 3, 2) }) } // the executor writes as the archive begins
+	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeDeclined] != 1 || rep.Outcomes[sweeper.OutcomeArchived] != 0 {
+		t.Fatalf("outcomes %+v", rep.Outcomes)
+	}
+	e.requireStranded(a, 4)
+	// Quiet from now on: the next pass archives it.
+	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeArchived] != 1 {
+		t.Fatalf("next pass: %+v", rep.Outcomes)
+	}
+	e.requireArchived(a, 4)
+}
