@@ -626,3 +626,30 @@ func TestSweep_AnAgentWrittenBetweenGateAndArchiveIsDeclined(t *testing.T) {
 	}
 	e.requireArchived(a, 4)
 }
+
+func TestSweep_TrackingForShardsNoLongerOwnedIsDroppedAtOnce(t *testing.T) {
+	e := newEnv(t, config())
+	e.setAssignment(sweeper.Assignment{ShardCount: 2, Shards: []int{0, 1}}, true)
+	var zero, one oplog.AgentID
+	for i := 0; zero.Name == "" || one.Name == ""; i++ {
+		a := agent(fmt.Sprint("a", i))
+		if a.Shard(2) == 0 && zero.Name == "" {
+			zero = a
+		} else if a.Shard(2) == 1 && one.Name == "" {
+			one = a
+		}
+	}
+	e.strand(zero, 1, 2)
+	e.strand(one, 1, 2)
+	if rep := e.tick(); rep.Tracked != 2 {
+		t.Fatalf("tracked %d", rep.Tracked)
+	}
+	e.setAssignment(sweeper.Assignment{ShardCount: 2, Shards: []int{0}}, true) // shard 1 moved away
+	rep := e.tick()
+	// zero is archived and forgotten; one must be dropped at once, not kept for a pass of grace.
+	if rep.Tracked != 0 || rep.Outcomes[sweeper.OutcomeNotOwned] != 1 || rep.Outcomes[sweeper.OutcomeArchived] != 1 {
+		t.Fatalf("after losing shard 1: tracked %d, outcomes %+v", rep.Tracked, rep.Outcomes)
+	}
+	e.requireArchived(zero, 2)
+	e.requireStranded(one, 2)
+}
