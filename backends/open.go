@@ -1,5 +1,5 @@
-// Package backends picks a storage backend from a URL, so that configuration names storage with one
-// string. Each engine lives in its own package below this one.
+// Package backends picks a storage backend, a blob store or a schedule store from a URL, so that
+// configuration names each with one string. Each engine lives in its own package below this one.
 package backends
 
 import (
@@ -9,12 +9,15 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/backends/multisqlite"
 	"github.com/stratalog/strata/backends/postgres"
 	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/backends/sqlite"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog/schedule"
 )
 
 // Schemes lists the URL schemes Open understands, for error messages and documentation.
@@ -30,19 +33,14 @@ var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresq
 //
 // An unknown scheme or a malformed URL is an error that says what was expected.
 func Open(ctx context.Context, rawURL string) (is.Storage, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parse("storage", rawURL)
 	if err != nil {
-		// A *url.Error repeats the whole URL, password included: keep its reason only.
-		var urlErr *url.Error
-		if errors.As(err, &urlErr) {
-			err = urlErr.Err
-		}
-		return nil, fmt.Errorf("storage URL %q: %w", redact(rawURL), err)
+		return nil, err
 	}
 	switch u.Scheme {
 	case "memory":
-		if u.Host != "" || (u.Path != "" && u.Path != "/") || u.Opaque != "" || u.RawQuery != "" {
-			return nil, fmt.Errorf("storage URL %q: memory takes no host, path or parameters: use memory://", rawURL)
+		if err := bare(u); err != nil {
+			return nil, err
 		}
 		return memory.New(), nil
 	case "sqlite":
@@ -61,10 +59,96 @@ func Open(ctx context.Context, rawURL string) (is.Storage, error) {
 		return postgres.Open(ctx, rawURL)
 	case "redis":
 		return redis.Open(ctx, rawURL)
-	case "":
-		return nil, fmt.Errorf("storage URL %q has no scheme; want one of %s", redact(rawURL), strings.Join(Schemes, ", "))
 	}
-	return nil, fmt.Errorf("storage URL %q: unknown scheme %q; want one of %s", redact(rawURL), u.Scheme, strings.Join(Schemes, ", "))
+	return nil, unknownScheme("storage", rawURL, u.Scheme, Schemes)
+}
+
+// BlobSchemes lists the URL schemes OpenBlob understands.
+var BlobSchemes = []string{"fs", "memory"}
+
+// OpenBlob returns the blob store rawURL names:
+//
+//	fs:///abs/dir, fs:relative/dir   a directory on the local filesystem (created if missing)
+//	memory://                         in-process, nothing kept
+func OpenBlob(_ context.Context, rawURL string) (archive.BlobStore, error) {
+	u, err := parse("blob store", rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "fs":
+		dir, err := filePath(u)
+		if err != nil {
+			return nil, err
+		}
+		return fsblob.Open(dir)
+	case "memory":
+		if err := bare(u); err != nil {
+			return nil, err
+		}
+		return memory.NewBlobStore(), nil
+	}
+	return nil, unknownScheme("blob store", rawURL, u.Scheme, BlobSchemes)
+}
+
+// ScheduleSchemes lists the URL schemes OpenSchedule understands.
+var ScheduleSchemes = []string{"memory", "sqlite", "postgres", "postgresql"}
+
+// OpenSchedule returns the scheduled_actions store rawURL names:
+//
+//	memory://                          in-process, nothing kept
+//	sqlite:///abs/file.db, sqlite:rel  a table in a SQLite file (it may be the storage's file)
+//	postgres://…?schema=…              a table in PostgreSQL
+func OpenSchedule(ctx context.Context, rawURL string) (schedule.Store, error) {
+	u, err := parse("schedule store", rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "memory":
+		if err := bare(u); err != nil {
+			return nil, err
+		}
+		return memory.NewScheduleStore(), nil
+	case "sqlite":
+		path, err := filePath(u)
+		if err != nil {
+			return nil, err
+		}
+		return sqlite.OpenSchedule(ctx, path, sqlite.Options{})
+	case "postgres", "postgresql":
+		return postgres.OpenSchedule(ctx, rawURL)
+	}
+	return nil, unknownScheme("schedule store", rawURL, u.Scheme, ScheduleSchemes)
+}
+
+// parse parses a URL without ever echoing a password it holds.
+func parse(what, rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// A *url.Error repeats the whole URL, password included: keep its reason only.
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return nil, fmt.Errorf("%s URL %q: %w", what, redact(rawURL), err)
+	}
+	return u, nil
+}
+
+func unknownScheme(what, rawURL, scheme string, known []string) error {
+	if scheme == "" {
+		return fmt.Errorf("%s URL %q has no scheme; want one of %s", what, redact(rawURL), strings.Join(known, ", "))
+	}
+	return fmt.Errorf("%s URL %q: unknown scheme %q; want one of %s", what, redact(rawURL), scheme, strings.Join(known, ", "))
+}
+
+// bare checks a memory:// URL carries nothing else.
+func bare(u *url.URL) error {
+	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.Opaque != "" || u.RawQuery != "" {
+		return fmt.Errorf("URL %q: memory takes no host, path or parameters: use memory://", u.Redacted())
+	}
+	return nil
 }
 
 // filePath reads the path of a sqlite: or multisqlite: URL: sqlite:///abs/file.db or sqlite:rel/file.db.

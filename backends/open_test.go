@@ -103,3 +103,52 @@ func TestOpen_UnknownSchemeListsTheKnownOnes(t *testing.T) {
 		t.Fatal("a bad URL must not read as transient")
 	}
 }
+
+func TestOpenBlob(t *testing.T) {
+	dir := t.TempDir()
+	for _, raw := range []string{"memory://", "fs://" + filepath.Join(dir, "abs"), "fs:rel"} {
+		t.Chdir(dir)
+		bs, err := backends.OpenBlob(t.Context(), raw)
+		if err != nil {
+			t.Fatalf("OpenBlob(%q): %v", raw, err)
+		}
+		if err := bs.Put(t.Context(), "a/b", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := bs.Get(t.Context(), "a/b"); err != nil || string(got) != "x" {
+			t.Fatalf("%s: %q %v", raw, got, err)
+		}
+		bs.Close()
+	}
+	for raw, want := range map[string]string{"s3://bucket": `unknown scheme "s3"`, "fs:": "has no path", "memory://x": "memory takes no host"} {
+		if _, err := backends.OpenBlob(t.Context(), raw); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("OpenBlob(%q): %v, want %q", raw, err, want)
+		}
+	}
+}
+
+func TestOpenSchedule(t *testing.T) {
+	requireSchedule := func(t *testing.T, raw string) {
+		s, err := backends.OpenSchedule(t.Context(), raw)
+		if err != nil {
+			t.Fatalf("OpenSchedule(%q): %v", raw, err)
+		}
+		defer s.Close()
+		if c, err := s.Counts(t.Context()); err != nil || c.Pending != 0 {
+			t.Fatalf("%s: %+v %v", raw, c, err)
+		}
+	}
+	requireSchedule(t, "memory://")
+	requireSchedule(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db"))
+	t.Run("postgres", func(t *testing.T) {
+		raw := testenv.PostgresURL(t)
+		u, _ := url.Parse(raw)
+		q := u.Query()
+		q.Set("schema", testenv.PostgresSchema(t, raw))
+		u.RawQuery = q.Encode()
+		requireSchedule(t, u.String())
+	})
+	if _, err := backends.OpenSchedule(t.Context(), "redis://x"); err == nil || !strings.Contains(err.Error(), `unknown scheme "redis"`) {
+		t.Fatalf("redis schedule: %v", err)
+	}
+}
