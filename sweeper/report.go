@@ -32,6 +32,8 @@ type Report struct {
 	Duration time.Duration
 	// Disabled: the sweep is switched off and did nothing.
 	Disabled bool
+	// StoodDown: Options.StandDown gave this reason; nothing was scanned or archived.
+	StoodDown string
 	// Unassigned: no usable shard assignment; nothing was scanned or archived.
 	Unassigned       bool
 	UnassignedReason string
@@ -163,7 +165,7 @@ func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
 
 func (m *instruments) record(rep Report) {
 	ctx := context.Background()
-	if !rep.Disabled && !rep.Unassigned {
+	if !rep.Disabled && !rep.Unassigned && rep.StoodDown == "" {
 		m.tick.Record(ctx, rep.Duration.Seconds())
 	}
 	for _, rr := range rep.Routes {

@@ -36,6 +36,10 @@ type Options struct {
 	// Shards returns the executor's current assignment, read once per tick; false when there is none.
 	// nil: never assigned, and the sweep archives nothing.
 	Shards func() (Assignment, bool)
+	// StandDown, if set, is asked at the start of every tick: a non-empty reason makes the tick do
+	// nothing and report why. The sidecar stands down while its residency feed is stale, since it could
+	// no longer tell a resident agent from a stranded one.
+	StandDown func() string
 	// Locker, if set, holds each agent during its archive.
 	Locker Locker
 	// OnDrained is called once for each agent whose whole stack drained to the bottom layer.
@@ -191,6 +195,12 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	if !s.cfg.Enabled {
 		rep.Disabled = true
 		return rep
+	}
+	if s.opts.StandDown != nil {
+		if why := s.opts.StandDown(); why != "" {
+			rep.StoodDown = why
+			return rep
+		}
 	}
 	var assign Assignment
 	known := false

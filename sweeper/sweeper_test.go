@@ -653,3 +653,20 @@ func TestSweep_TrackingForShardsNoLongerOwnedIsDroppedAtOnce(t *testing.T) {
 	e.requireArchived(zero, 2)
 	e.requireStranded(one, 2)
 }
+
+func TestSweep_StandDownDoesNothingAndSaysWhy(t *testing.T) {
+	reason := "residency feed is stale"
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.StandDown = func() string { return reason } }))
+	a := agent("x")
+	e.strand(a, 1, 2)
+	for range 3 {
+		if rep := e.tick(); rep.StoodDown != reason || len(rep.Routes) != 0 {
+			t.Fatalf("report %+v", rep)
+		}
+	}
+	e.requireStranded(a, 2)
+	reason = ""
+	e.tick()
+	e.tick()
+	e.requireArchived(a, 2)
+}
