@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/test/backendtest"
 )
 
@@ -19,7 +20,9 @@ func BenchmarkSweepSteadyState(b *testing.B) {
 			cfg := sweepConfig()
 			cfg.MaxScannedPerTick = benchAgents
 			var calls callCounter
-			r := newSweepRig(b, calls.wrap(be.Open(b)), cfg)
+			st := be.Open(b)
+			ordered := is.CapabilitiesOf(st).OrderedScan
+			r := newSweepRig(b, calls.wrap(st), cfg)
 			for _, a := range r.strandAgents(b, "resident", benchAgents, 1) {
 				r.resident.Store(a, true)
 			}
@@ -37,8 +40,9 @@ func BenchmarkSweepSteadyState(b *testing.B) {
 				if total != pages || got["scan_stable"] != pages {
 					b.Fatalf("storage calls %v, want only the %d page reads", got, pages)
 				}
-				if want := (benchAgents + cfg.PageSize - 1) / cfg.PageSize; pages < want {
-					b.Fatalf("%d pages for %d keys of page size %d", pages, benchAgents, cfg.PageSize)
+				// Ordered backends hand back full pages; Redis pages vary with SCAN's slots.
+				if want := (benchAgents + cfg.PageSize - 1) / cfg.PageSize; ordered && pages != want {
+					b.Fatalf("%d pages for %d keys of page size %d, want %d", pages, benchAgents, cfg.PageSize, want)
 				}
 				b.ReportMetric(float64(pages), "storage-calls/tick")
 			}
