@@ -28,24 +28,34 @@ type Config struct {
 	Now func() time.Time
 }
 
+// The defaults of Config.
+const (
+	DefaultPollInterval = time.Second
+	DefaultLease        = 30 * time.Second
+	DefaultConcurrency  = 4
+	DefaultMaxAttempts  = 5
+	DefaultBackoffBase  = time.Second
+	DefaultBackoffMax   = 5 * time.Minute
+)
+
 func (c Config) withDefaults() Config {
 	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.Concurrency < 1 {
-		c.Concurrency = 4
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.MaxAttempts < 1 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.BackoffBase <= 0 {
-		c.BackoffBase = time.Second
+		c.BackoffBase = DefaultBackoffBase
 	}
 	if c.BackoffMax <= 0 {
-		c.BackoffMax = 5 * time.Minute
+		c.BackoffMax = DefaultBackoffMax
 	}
 	if c.Now == nil {
 		c.Now = time.Now

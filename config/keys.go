@@ -1,0 +1,190 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stratalog/strata/sweeper"
+)
+
+// sections is the one table of configuration keys. Each key's name, meaning, unit, allowed values,
+// clamps and tuning status live here and nowhere else: DefaultsTOML, Markdown, the environment
+// variable names and the validation messages are all generated from it. The defaults themselves come
+// from Default (which takes the sweep's from the sweeper's constants), and each key reaches its field
+// in Config through the field's toml tag; init checks that the table and Config agree exactly.
+var sections = []section{
+	{name: "storage", doc: "The indexed storage holding the oplog's primary layer and its compressed archive levels.",
+		keys: []spec{
+			{name: "url", doc: "URL of the indexed storage.", rule: storageURL},
+		}},
+	{name: "blob", doc: "The blob store: the bottom layer, where a drained oplog ends up.",
+		keys: []spec{
+			{name: "url", doc: "URL of the blob store.", rule: blobURL},
+		}},
+	{name: "schedule", doc: "The scheduled_actions store and the scheduler that runs its rows: the archives of " +
+		"durable agents, and of ephemeral agents while the sweep is disabled.",
+		keys: []spec{
+			{name: "url", doc: "URL of the scheduled_actions store; it may name the storage's own SQLite file.", rule: scheduleURL},
+			{name: "archive_interval", doc: "How long after an agent goes idle (or fails, or exits) its scheduled archive row becomes due.",
+				rule: durationAtLeast(0)},
+			{name: "lease", doc: "How long a claimed row stays claimed; renewed every lease/3 while the row runs, " +
+				"so a row is taken over only from a process that stopped.", rule: durationAbove(0)},
+			{name: "concurrency", doc: "Rows the scheduler runs at once.", unit: "rows", rule: intAtLeast(1)},
+			{name: "max_attempts", doc: "Attempts a row gets before it is marked failed.", unit: "attempts", rule: intAtLeast(1)},
+			{name: "poll_interval", doc: "How often the scheduler looks for due rows while it has free slots.", rule: durationAbove(0)},
+		}},
+	{name: "stack", doc: "The shape of the layer stack.",
+		keys: []spec{
+			{name: "compressed_levels", doc: "Compressed archive levels between the primary and the blob layer.",
+				unit: "levels", rule: intBetween(1, 8)},
+		}},
+	{name: "sweep", doc: "The sweep, which archives the ephemeral oplogs executors left behind. Its budgets are per " +
+		"tick, shared by the tick's routes, and untuned: starting points, not measured optima.",
+		keys: []spec{
+			{name: "enabled", doc: "Turns the sweep on. It is one switch with the ephemeral registration guard: " +
+				"off, ephemeral agents register scheduled archive rows again."},
+			{name: "interval", doc: "Wait between ticks.", rule: durationAtLeast(0), untuned: true,
+				note: fmt.Sprintf("Below %s reads as %[1]s.", formatDuration(sweeper.MinInterval))},
+			{name: "page_size", doc: "Keys one ScanStable call asks for.", unit: "keys", rule: intAtLeast(1), untuned: true},
+			{name: "max_concurrency", doc: "Agents a tick archives at once, sharing the storage's connections with the invocation path.",
+				unit: "agents", rule: intAtLeast(1), untuned: true},
+			{name: "max_archives_per_tick", doc: "Archive attempts a tick may make; declined and failed attempts count.",
+				unit: "archives", rule: intAtLeast(1), untuned: true},
+			{name: "max_scanned_per_tick", doc: "Keys a tick may examine; soft by one page, since a page is never trimmed.",
+				unit: "keys", rule: intAtLeast(1), untuned: true},
+			{name: "max_tracked_agents", doc: "Backstop on the tracking table: when it is full, new agents go untracked " +
+				"and tracked ones keep updating.", unit: "agents", rule: intAtLeast(1), untuned: true},
+			{name: "max_tick_duration", doc: "Wall clock a tick may hold storage before it stops at its next boundary.",
+				rule: durationAtLeast(0), untuned: true,
+				note: fmt.Sprintf("Below %s reads as %[1]s.", formatDuration(sweeper.MinTickDuration))},
+			{name: "max_backoff_intervals", doc: "Cap on the wait after ticks that hit their deadline: the wait doubles " +
+				"per such tick up to this many intervals, and resets on the first tick inside its deadline.",
+				unit: "intervals", rule: intAtLeast(0), untuned: true, note: "0 reads as 1."},
+		}},
+	{name: "http", doc: "The sidecar's HTTP server: /metrics, /healthz, /readyz and the /v1 endpoints.",
+		keys: []spec{
+			{name: "listen", doc: "Address the server listens on.", rule: listenAddress},
+			{name: "token", doc: "Bearer token the write endpoints (PUT /v1/assignment, PUT /v1/residency, POST /v1/sweep) " +
+				"require. Empty means none; it must be set when http.listen is not a loopback address.",
+				rule: bearerToken, secret: true},
+			{name: "max_body_bytes", doc: "Largest request body accepted.", unit: "bytes", rule: intAtLeast(1)},
+		}},
+	{name: "residency", doc: "The residency feed (PUT /v1/residency): the executor's full resident set, which the sweep " +
+		"trusts to skip agents that are in memory.",
+		keys: []spec{
+			{name: "ttl", doc: "Age at which the feed is stale: a feed older than this makes the sweep stand down.",
+				rule: durationAbove(0)},
+		}},
+	{name: "log", doc: "The process log, on stderr.",
+		keys: []spec{
+			{name: "level", doc: "Least severe level logged.", rule: oneOf("debug", "info", "warn", "error")},
+			{name: "format", doc: "Log line format.", rule: oneOf("text", "json")},
+		}},
+}
+
+// section is one [table] of the file.
+type section struct {
+	name string // the table's name, lower case without underscores: STRATA_<SECTION>_<KEY> splits at the first _
+	doc  string // one sentence on what the section configures
+	keys []spec
+}
+
+// spec describes one key.
+type spec struct {
+	name    string // the key within its section, as in the file
+	doc     string // what it means, one sentence or two
+	unit    string // the unit of an integer, "" when it has none (a duration's unit is in its value)
+	rule    rule   // what values are allowed; the zero rule allows every value of the type
+	note    string // clamps and special values
+	untuned bool   // a starting point, not a measured optimum
+	secret  bool   // never echoed in an error
+
+	// Filled in by init.
+	key   string   // "section.name"
+	env   string   // STRATA_SECTION_NAME
+	kind  kind     // the field's type
+	field []int    // the field's index path in Config
+	sec   *section // its section
+}
+
+// rule is a constraint on a key's value beyond its type.
+type rule struct {
+	want string           // what is allowed, as an object phrase: "an integer ≥ 1"
+	ok   func(v any) bool // v is a string, int, bool or time.Duration, by the key's kind
+}
+
+func intAtLeast(lo int) rule {
+	return rule{want: fmt.Sprintf("an integer ≥ %d", lo), ok: func(v any) bool { return v.(int) >= lo }}
+}
+
+func intBetween(lo, hi int) rule {
+	return rule{want: fmt.Sprintf("an integer from %d to %d", lo, hi),
+		ok: func(v any) bool { return v.(int) >= lo && v.(int) <= hi }}
+}
+
+func durationAtLeast(lo time.Duration) rule {
+	return rule{want: "a duration ≥ " + bound(lo), ok: func(v any) bool { return v.(time.Duration) >= lo }}
+}
+
+func durationAbove(lo time.Duration) rule {
+	return rule{want: "a duration > " + bound(lo), ok: func(v any) bool { return v.(time.Duration) > lo }}
+}
+
+// bound writes a duration bound: 0 without a unit.
+func bound(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	return formatDuration(d)
+}
+
+func oneOf(values ...string) rule {
+	return rule{want: "one of " + strings.Join(values, ", "), ok: func(v any) bool { return slices.Contains(values, v.(string)) }}
+}
+
+// The URL schemes each opener in package backends understands (backends.Schemes, BlobSchemes and
+// ScheduleSchemes; a test keeps the lists equal). Only the scheme, and that memory:// is bare, is
+// checked here; the opener checks the rest of the URL when the process starts.
+var (
+	storageSchemes  = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis"}
+	blobSchemes     = []string{"fs", "memory"}
+	scheduleSchemes = []string{"memory", "sqlite", "postgres", "postgresql"}
+)
+
+var (
+	storageURL = urlRule(storageSchemes, "memory://, sqlite:relative/file.db, sqlite:///abs/file.db, "+
+		"multisqlite:relative/dir, multisqlite:///abs/dir, postgres://user@host:5432/db?schema=…, "+
+		"postgresql://…, or redis://host:6379/0?prefix=…")
+	blobURL     = urlRule(blobSchemes, "fs:relative/dir, fs:///abs/dir or memory://")
+	scheduleURL = urlRule(scheduleSchemes, "sqlite:relative/file.db, sqlite:///abs/file.db, "+
+		"postgres://user@host:5432/db?schema=…, postgresql://… or memory://")
+)
+
+func urlRule(schemes []string, forms string) rule {
+	return rule{want: "a URL of the form " + forms, ok: func(v any) bool {
+		u, err := url.Parse(v.(string))
+		if err != nil || !slices.Contains(schemes, u.Scheme) {
+			return false
+		}
+		return u.Scheme != "memory" || (u.Host == "" && (u.Path == "" || u.Path == "/") && u.Opaque == "" && u.RawQuery == "")
+	}}
+}
+
+var listenAddress = rule{want: "host:port with a numeric port from 0 to 65535 (an empty host listens on every interface)",
+	ok: func(v any) bool {
+		_, port, err := net.SplitHostPort(v.(string))
+		if err != nil {
+			return false
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		return err == nil && n <= 65535
+	}}
+
+var bearerToken = rule{want: "printable ASCII without spaces", ok: func(v any) bool {
+	return !strings.ContainsFunc(v.(string), func(r rune) bool { return r <= ' ' || r > '~' })
+}}
