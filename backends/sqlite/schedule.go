@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,9 @@ func OpenSchedule(ctx context.Context, path string, opts Options) (*ScheduleStor
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
+		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
 		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, err)
 	}
 	db, err := sql.Open("sqlite3", dsn(abs, opts))

@@ -88,6 +88,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		if _, err := os.Stat(abs); err != nil {
 			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 		}
+	} else if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		// SQLite creates the file, not its directory; "sqlite:strata-data/strata.db" in a fresh
+		// checkout should just work.
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s := &Store{path: abs}
 	writer, err := sql.Open("sqlite3", dsn(abs, opts))

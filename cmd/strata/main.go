@@ -1,0 +1,118 @@
+// Command strata is the strata sidecar and its tools:
+//
+//	strata run [--config FILE]                  serve the API and sweep beside an executor
+//	strata sweep --once [--json] [--config FILE] one full sweep from the command line
+//	strata scan [--mode M] [--layer L]          list the agents a layer holds
+//	strata inspect [--mode M] AGENT             where an agent's entries live, per layer
+//	strata demo [--dir DIR]                     the whole story on embedded SQLite
+//	strata config defaults                      print the default configuration file
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `strata archives ephemeral oplogs down storage layers by sweeping the layers themselves.
+
+Usage:
+  strata run [--config FILE]                    serve the HTTP API and run the sweep beside an executor
+  strata sweep --once [--json] [--config FILE]  one full sweep (two passes, --gap apart), then exit
+  strata scan [--config FILE] [--mode M] [--layer L]
+                                                list the agents a layer holds, with their last index
+  strata inspect [--config FILE] [--mode M] AGENT
+                                                each layer's first and last index and entry count for AGENT
+  strata demo [--dir DIR]                       an executor losing teardown drains, the sweep, a verification
+  strata config defaults                        print the default configuration file, every key commented
+
+Configuration: a TOML file (--config) over the defaults, then STRATA_<SECTION>_<KEY> variables.
+See docs/config.md.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signalContext(stderr)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], stderr)
+	case "sweep":
+		err = cmdSweep(ctx, args[1:], stdout, stderr)
+	case "scan":
+		err = cmdScan(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		err = cmdInspect(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "config":
+		err = cmdConfig(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "strata: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var usageErr *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usageErr):
+		fmt.Fprintf(stderr, "strata %s: %v\n", args[0], err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "strata %s: %v\n", args[0], err)
+	return 1
+}
+
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, so that work drains; a second signal exits
+// at once.
+func signalContext(stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-sigs:
+		case <-ctx.Done():
+			return
+		}
+		fmt.Fprintln(stderr, "strata: draining (the agent under way finishes); signal again to exit now")
+		cancel()
+		<-sigs
+		fmt.Fprintln(stderr, "strata: exiting now")
+		os.Exit(130)
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel() }
+}
+
+// newLogger builds the process logger from the configuration's [log] section.
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,126 @@
+package sidecar
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/sweeper"
+)
+
+// feed holds what the executor tells the sidecar: its shard assignment and the agents it runs. Both
+// are replaced whole by each PUT; readers take a snapshot.
+type feed struct {
+	mu          sync.RWMutex
+	assignment  sweeper.Assignment
+	assigned    bool
+	assignedAt  time.Time
+	resident    map[oplog.AgentID]struct{}
+	residencyAt time.Time // zero until the first residency PUT
+	ttl         time.Duration
+	now         func() time.Time
+}
+
+func newFeed(ttl time.Duration, now func() time.Time) *feed {
+	return &feed{ttl: ttl, now: now, resident: map[oplog.AgentID]struct{}{}}
+}
+
+func (f *feed) setAssignment(a sweeper.Assignment) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.assignment, f.assigned, f.assignedAt = a, true, f.now()
+}
+
+func (f *feed) setResidency(agents map[oplog.AgentID]struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resident, f.residencyAt = agents, f.now()
+}
+
+// shards is the sweeper's Shards callback.
+func (f *feed) shards() (sweeper.Assignment, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.assignment, f.assigned
+}
+
+// isResident is the sweeper's Residency callback: a lookup, extending nothing.
+func (f *feed) isResident(a oplog.AgentID) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.resident[a]
+	return ok
+}
+
+// standDown is the sweeper's StandDown callback: without a residency feed younger than the TTL the
+// sidecar cannot tell a running agent from a stranded one, so it archives nothing.
+func (f *feed) standDown() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	switch {
+	case f.residencyAt.IsZero():
+		return "no residency feed yet (PUT /v1/residency)"
+	case f.now().Sub(f.residencyAt) > f.ttl:
+		return fmt.Sprintf("residency feed is %s old, older than residency.ttl %s", f.now().Sub(f.residencyAt).Round(time.Second), f.ttl)
+	}
+	return ""
+}
+
+// ownedShards is the scheduler's shard callback: the assignment's shards while it is usable.
+func (f *feed) ownedShards() []int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	a := f.assignment
+	if !f.assigned || a.ShardCount < 1 || (!a.LeaseUntil.IsZero() && !f.now().Before(a.LeaseUntil)) {
+		return nil
+	}
+	return append([]int(nil), a.Shards...)
+}
+
+// feedStatus is the feed as /v1/status shows it.
+type feedStatus struct {
+	Assignment *assignmentStatus `json:"assignment"`
+	Residency  residencyStatus   `json:"residency"`
+}
+
+type assignmentStatus struct {
+	ShardCount int       `json:"shard_count"`
+	Shards     []int     `json:"shards"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	Lapsed     bool      `json:"lapsed"`
+	ReceivedAt time.Time `json:"received_at"`
+}
+
+type residencyStatus struct {
+	Agents     int       `json:"agents"`
+	ReceivedAt time.Time `json:"received_at,omitzero"`
+	Stale      bool      `json:"stale"`
+}
+
+func (f *feed) status() feedStatus {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	now := f.now()
+	st := feedStatus{Residency: residencyStatus{Agents: len(f.resident), ReceivedAt: f.residencyAt,
+		Stale: f.residencyAt.IsZero() || now.Sub(f.residencyAt) > f.ttl}}
+	if f.assigned {
+		a := f.assignment
+		st.Assignment = &assignmentStatus{ShardCount: a.ShardCount, Shards: a.Shards, LeaseUntil: a.LeaseUntil,
+			Lapsed: !a.LeaseUntil.IsZero() && !now.Before(a.LeaseUntil), ReceivedAt: f.assignedAt}
+	}
+	return st
+}
+
+// SetAssignment replaces the shard assignment, as PUT /v1/assignment does; for an executor that embeds
+// the sidecar in-process (the demo).
+func (s *Sidecar) SetAssignment(a sweeper.Assignment) { s.feed.setAssignment(a) }
+
+// SetResident replaces the resident set, as PUT /v1/residency does.
+func (s *Sidecar) SetResident(agents []oplog.AgentID) {
+	set := make(map[oplog.AgentID]struct{}, len(agents))
+	for _, a := range agents {
+		set[a] = struct{}{}
+	}
+	s.feed.setResidency(set)
+}

@@ -1,0 +1,259 @@
+// Package sidecar is `strata run`: the storage, blob and schedule stores a config names, the layer
+// stack over them, the sweep and the scheduler, the executor's feed (shard assignment and resident
+// agents) and the HTTP API that carries it.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends"
+	"github.com/stratalog/strata/config"
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/oplog/schedule"
+	"github.com/stratalog/strata/sweeper"
+)
+
+// Sidecar is one strata process beside one executor.
+type Sidecar struct {
+	cfg       config.Config
+	log       *slog.Logger
+	now       func() time.Time
+	storage   is.Storage
+	blobs     archive.BlobStore
+	schedules schedule.Store
+	stack     *oplog.Stack
+	sweeper   *sweeper.Sweeper
+	scheduler *schedule.Scheduler
+	feed      *feed
+	metrics   http.Handler
+	provider  *sdkmetric.MeterProvider
+
+	// baseCtx bounds work the API starts (POST /v1/sweep): cancelled when Run's context is.
+	baseCtx    context.Context
+	baseCancel context.CancelFunc
+	closeOnce  sync.Once
+}
+
+// Open opens everything cfg names and builds the sweep over it. Nothing runs until Run.
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Sidecar{cfg: cfg, log: log, now: time.Now}
+	s.baseCtx, s.baseCancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	s.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	s.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+
+	st, err := backends.Open(ctx, cfg.Storage.URL)
+	if err != nil {
+		return nil, fmt.Errorf("storage.url: %w", err)
+	}
+	s.storage = is.Instrument(st, s.provider, "indexed")
+	if lim, ok := st.(*is.Limiter); ok {
+		if err := observeLimiter(s.provider, lim); err != nil {
+			return nil, err
+		}
+	}
+	if s.blobs, err = backends.OpenBlob(ctx, cfg.Blob.URL); err != nil {
+		return nil, fmt.Errorf("blob.url: %w", err)
+	}
+	if s.schedules, err = backends.OpenSchedule(ctx, cfg.Schedule.URL); err != nil {
+		return nil, fmt.Errorf("schedule.url: %w", err)
+	}
+	if s.stack, err = BuildStack(s.storage, s.blobs, cfg.Stack.CompressedLevels); err != nil {
+		return nil, err
+	}
+	s.feed = newFeed(cfg.Residency.TTL, s.now)
+	if s.sweeper, err = sweeper.New(cfg.SweeperConfig(), s.stack, sweeper.Options{
+		Residency:     s.feed.isResident,
+		Shards:        s.feed.shards,
+		StandDown:     s.feed.standDown,
+		MeterProvider: s.provider,
+		Logger:        log.With("component", "sweep"),
+	}); err != nil {
+		return nil, err
+	}
+	handler := &schedule.ArchiveHandler{Stack: s.stack, Store: s.schedules}
+	s.scheduler = schedule.NewScheduler(s.schedules, handler.Run, s.feed.ownedShards, cfg.ScheduleConfig(owner()), log.With("component", "scheduler"))
+	return s, nil
+}
+
+// BuildStack is the default stack: the primary, levels compressed levels, and blob level 0.
+func BuildStack(st is.Storage, blobs archive.BlobStore, levels int) (*oplog.Stack, error) {
+	var archives []oplog.Layer
+	for l := 1; l <= levels; l++ {
+		c, err := archive.NewCompressed(st, l)
+		if err != nil {
+			return nil, err
+		}
+		archives = append(archives, c)
+	}
+	b, err := archive.NewBlob(blobs, 0)
+	if err != nil {
+		return nil, err
+	}
+	return oplog.NewStack(oplog.NewPrimary(st), append(archives, b)...)
+}
+
+// owner names this process in scheduled rows' leases.
+func owner() string {
+	host, _ := os.Hostname()
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// observeLimiter exports the storage limiter's wait and occupancy.
+func observeLimiter(mp metric.MeterProvider, lim *is.Limiter) error {
+	meter := mp.Meter("github.com/stratalog/strata/sidecar")
+	wait, err := meter.Float64ObservableCounter("strata_storage_limiter_wait", metric.WithUnit("s"),
+		metric.WithDescription("Time operations spent queued for a storage concurrency slot (max_concurrent_ops)."))
+	if err != nil {
+		return err
+	}
+	inFlight, err := meter.Int64ObservableGauge("strata_storage_limiter_in_flight",
+		metric.WithDescription("Storage operations holding a concurrency slot now."))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := lim.Stats()
+		o.ObserveFloat64(wait, st.WaitTotal.Seconds())
+		o.ObserveInt64(inFlight, st.InFlight)
+		return nil
+	}, wait, inFlight)
+	return err
+}
+
+func (s *Sidecar) storageStatus() map[string]any {
+	out := map[string]any{}
+	if w, ok := s.storage.(is.Wrapper); ok {
+		if lim, ok := w.Unwrap().(*is.Limiter); ok {
+			st := lim.Stats()
+			out["max_concurrent_ops"] = st.Limit
+			out["in_flight"] = st.InFlight
+			out["waiting"] = st.Waiting
+			out["wait_seconds_total"] = st.WaitTotal.Seconds()
+		}
+	}
+	return out
+}
+
+// Stack is the oplog stack the sidecar sweeps.
+func (s *Sidecar) Stack() *oplog.Stack { return s.stack }
+
+// Sweeper is the sidecar's sweep.
+func (s *Sidecar) Sweeper() *sweeper.Sweeper { return s.sweeper }
+
+// Schedules is the scheduled_actions store.
+func (s *Sidecar) Schedules() schedule.Store { return s.schedules }
+
+// Storage is the (instrumented) indexed storage.
+func (s *Sidecar) Storage() is.Storage { return s.storage }
+
+// Run serves the API on http.listen and runs the sweep and the scheduler until ctx is cancelled. It
+// refuses to serve writes on a non-loopback listener without a token. On cancellation it stops taking
+// requests, lets the agent being archived drain fully, and returns.
+func (s *Sidecar) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve is Run on a listener of the caller's.
+func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
+	if s.cfg.HTTP.Token == "" && !config.IsLoopback(ln.Addr().String()) {
+		ln.Close()
+		return fmt.Errorf("http.listen %s is not a loopback address and http.token is empty: refusing to serve writes without a token", ln.Addr())
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.log.Info("strata is serving", "listen", ln.Addr().String(), "storage", redacted(s.cfg.Storage.URL),
+		"sweep", s.cfg.Sweep.Enabled, "routes", len(s.sweeper.Routes()))
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := s.sweeper.Run(ctx); err != nil {
+			s.log.Error("sweep stopped", "err", err)
+		}
+	})
+	wg.Go(func() {
+		if err := s.scheduler.Run(ctx); err != nil {
+			s.log.Error("scheduler stopped", "err", err)
+		}
+	})
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server failed", "err", err)
+		}
+	}
+	s.log.Info("draining: finishing the agent under way")
+	s.baseCancel()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	wg.Wait()
+	s.log.Info("stopped")
+	return err
+}
+
+// Close releases the stores. Call it after Run returns.
+func (s *Sidecar) Close() error {
+	var errs []error
+	s.closeOnce.Do(func() {
+		s.baseCancel()
+		for _, c := range []interface{ Close() error }{s.storage, s.blobs, s.schedules} {
+			if c != nil {
+				errs = append(errs, c.Close())
+			}
+		}
+		if s.provider != nil {
+			errs = append(errs, s.provider.Shutdown(context.Background()))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// redacted hides a password in a URL for logs.
+func redacted(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "(unparseable URL)"
+}
