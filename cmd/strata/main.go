@@ -6,6 +6,7 @@
 //	strata inspect [--mode M] AGENT             where an agent's entries live, per layer
 //	strata demo [--dir DIR]                     the whole story on embedded SQLite
 //	strata config defaults                      print the default configuration file
+//	strata bench chaos [--quick]                the chaos benchmark (BENCHMARKS.md)
 package main
 
 import (
@@ -31,6 +32,10 @@ Usage:
                                                 each layer's first and last index and entry count for AGENT
   strata demo [--dir DIR]                       an executor losing teardown drains, the sweep, a verification
   strata config defaults                        print the default configuration file, every key commented
+  strata bench chaos [--quick] [--postgres URL] [--plot FILE]
+                                                latency injected on PostgreSQL through a proxy: the sweep
+                                                against registration on the commit path; exits non-zero
+                                                if any entry was lost or doubled
 
 Configuration: a TOML file (--config) over the defaults, then STRATA_<SECTION>_<KEY> variables.
 See docs/config.md.
@@ -62,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "config":
 		err = cmdConfig(args[1:], stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
