@@ -1,0 +1,372 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/fsblob"
+	"github.com/stratalog/strata/backends/postgres"
+	"github.com/stratalog/strata/backends/sqlite"
+	"github.com/stratalog/strata/internal/testenv"
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/test/backendtest"
+)
+
+// The crash test strands crashAgents ephemeral oplogs of crashEntries entries each, written as an
+// executor's invocation steps would write them (a chunk per step, of seeded random size up to
+// crashMaxStep entries), runs `strata run` over them and kills it with SIGKILL at random moments while
+// it sweeps. A drain of one agent reads level 1 across several stored chunks in two batches, puts two
+// blob chunks and drops two prefixes (the first usually stops inside a stored chunk, whose head is then
+// in both layers until the second): every one of those storage calls is a place a kill can land.
+const (
+	crashAgents  = 80
+	crashEntries = 5000
+	crashMaxStep = 700
+	// crashMaxWait is the upper bound of the random delay between feeding a started process and
+	// killing it.
+	crashMaxWait = 500 * time.Millisecond
+)
+
+// crashIterations is STRATA_CRASH_ITERATIONS, 50 by default.
+func crashIterations(t *testing.T) int {
+	t.Helper()
+	raw := os.Getenv("STRATA_CRASH_ITERATIONS")
+	if raw == "" {
+		return 50
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 {
+		t.Fatalf("STRATA_CRASH_ITERATIONS=%q: want a positive integer", raw)
+	}
+	return n
+}
+
+// crashSeed is STRATA_CRASH_SEED when set (to replay a failure), a random seed otherwise; logged.
+func crashSeed(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := rand.Uint64()
+	if raw := os.Getenv("STRATA_CRASH_SEED"); raw != "" {
+		var err error
+		if seed, err = strconv.ParseUint(raw, 10, 64); err != nil {
+			t.Fatalf("STRATA_CRASH_SEED=%q: %v", raw, err)
+		}
+	}
+	t.Logf("seed %d (STRATA_CRASH_SEED=%d replays the chunk sizes and the kill delays)", seed, seed)
+	return rand.New(rand.NewPCG(seed, 0))
+}
+
+// crashPayload is entry i's payload: the agent's name and the index, so that an entry read back under
+// another agent or index shows, padded with crashPad bytes that vary with the index.
+func crashPayload(a oplog.AgentID, i oplog.Index) []byte {
+	return appendCrashPayload(nil, a, i)
+}
+
+const (
+	crashPad      = 96
+	crashAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+)
+
+var crashPadding = strings.Repeat(crashAlphabet, crashPad/len(crashAlphabet)+2)
+
+func appendCrashPayload(buf []byte, a oplog.AgentID, i oplog.Index) []byte {
+	buf = append(append(buf, a.Name...), '#')
+	buf = append(strconv.AppendUint(buf, uint64(i), 10), ';')
+	off := int(uint64(i) % uint64(len(crashAlphabet)))
+	return append(buf, crashPadding[off:off+crashPad]...)
+}
+
+func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
+	bin := crashBinary(t)
+	iterations := crashIterations(t)
+	t.Run("sqlite", func(t *testing.T) {
+		st := backendtest.SQLite().Open(t)
+		path := st.(*sqlite.Store).Path()
+		u := "sqlite://" + path
+		runCrash(t, bin, newLayers(t, st, crashBlobs(t)), u, u, iterations)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		st := backendtest.Postgres().Open(t)
+		u, err := url.Parse(testenv.PostgresURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("schema", st.(*postgres.Store).Schema())
+		u.RawQuery = q.Encode()
+		runCrash(t, bin, newLayers(t, st, crashBlobs(t)), u.String(), u.String(), iterations)
+	})
+}
+
+func crashBlobs(t *testing.T) *fsblob.Store {
+	t.Helper()
+	blobs, err := fsblob.Open(filepath.Join(t.TempDir(), "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blobs
+}
+
+// runCrash strands the agents through l (the test's own handle on the storage and blob directory the
+// binary is configured with), kills the binary iterations times while it sweeps, checking every oplog
+// after every kill, then lets it converge and checks the drained state.
+func runCrash(t *testing.T, bin string, l *layers, storageURL, scheduleURL string, iterations int) {
+	ctx := t.Context()
+	blobDir := l.blobs.(*fsblob.Store).Root()
+	cfg := writeCrashConfig(t, storageURL, scheduleURL, blobDir)
+	rng := crashSeed(t)
+
+	agents := make([]oplog.AgentID, crashAgents)
+	chunks := 0
+	for i := range agents {
+		a := oplog.AgentID{Component: "crash", Name: fmt.Sprintf("agent/%03d", i)}
+		agents[i] = a
+		for from := 1; from <= crashEntries; {
+			n := min(crashEntries-from+1, 1+rng.IntN(crashMaxStep))
+			batch := make([]oplog.Entry, n)
+			for j := range batch {
+				idx := oplog.Index(from + j)
+				batch[j] = oplog.Entry{Index: idx, Payload: crashPayload(a, idx)}
+			}
+			if err := l.stack.Append(ctx, a, oplog.Ephemeral, batch); err != nil {
+				t.Fatal(err)
+			}
+			from += n
+			chunks++
+		}
+	}
+	t.Logf("stranded %d agents of %d entries in %d chunks in compressed level 1", crashAgents, crashEntries, chunks)
+	before := crashCheck(t, l, agents)
+	if n := before.inLevel1(); n != crashAgents {
+		t.Fatalf("%d of %d agents stranded in compressed level 1 before the first start", n, crashAgents)
+	}
+
+	began := time.Now()
+	withWork, moved, cutDrain := 0, 0, 0
+	for i := 1; i <= iterations; i++ {
+		p := startStrata(t, bin, cfg)
+		p.feed(t)
+		wait := time.Duration(rng.Int64N(int64(crashMaxWait) + 1))
+		time.Sleep(wait)
+		p.kill(t)
+
+		after := crashCheck(t, l, agents)
+		remaining, cut := after.inLevel1(), after.cutSince(before)
+		if remaining > 0 {
+			withWork++
+		}
+		if !slices.Equal(after, before) {
+			moved++
+		}
+		if cut > 0 {
+			cutDrain++
+		}
+		t.Logf("kill %2d after %3dms: %2d agents left in compressed level 1, %2d drained, %d drain(s) left half done by this kill",
+			i, wait.Milliseconds(), remaining, crashAgents-remaining, cut)
+		before = after
+	}
+	t.Logf("%d kills in %s: %d landed while agents remained in compressed level 1, %d ended a process that had moved entries, %d left a drain half done",
+		iterations, time.Since(began).Round(time.Millisecond), withWork, moved, cutDrain)
+	// A kill of an idle process proves nothing: most kills must have found agents still to archive.
+	if want := iterations * 4 / 5; withWork < want {
+		t.Errorf("only %d of %d kills landed while agents remained in compressed level 1, want at least %d: the sweep finished too early for the kills to mean much", withWork, iterations, want)
+	}
+
+	// Restart once more and let the sweep converge.
+	p := startStrata(t, bin, cfg)
+	p.feed(t)
+	converging := time.Now()
+	for deadline := converging.Add(3 * time.Minute); ; {
+		n := crashLevel1(t, l, agents)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			p.kill(t)
+			t.Fatalf("%d agents still in compressed level 1 after 3 minutes of sweeping\n%s", n, p.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM\n%s", code, p.log())
+	}
+	t.Logf("the last start drained the rest in %s", time.Since(converging).Round(time.Millisecond))
+	for _, a := range agents {
+		l.requireDrained(t, a, oplog.Ephemeral, crashEntries)
+	}
+	if n := crashCheck(t, l, agents).inLevel1(); n != 0 {
+		t.Fatalf("%d agents back in compressed level 1", n)
+	}
+}
+
+// crashAgentState is where one agent's entries were found: how many the blob layer holds (always a
+// prefix 1..blob), and whether compressed level 1 holds any, from index first.
+type crashAgentState struct {
+	blob    int
+	inL1    bool
+	l1First oplog.Index
+}
+
+// halfMoved: a drain of the agent stopped part way (some entries are below, some still above).
+func (s crashAgentState) halfMoved() bool { return s.inL1 && s.blob > 0 }
+
+// crashState is what a check found, agent by agent.
+type crashState []crashAgentState
+
+func (s crashState) inLevel1() int {
+	n := 0
+	for _, a := range s {
+		if a.inL1 {
+			n++
+		}
+	}
+	return n
+}
+
+// cutSince counts the agents the last process moved part of and left half moved: drains the kill cut
+// after their first write below. (A kill while a drain is still reading leaves no trace to count.)
+func (s crashState) cutSince(before crashState) int {
+	n := 0
+	for i, a := range s {
+		if a.halfMoved() && a != before[i] {
+			n++
+		}
+	}
+	return n
+}
+
+// crashCheck reads every oplog back through the stack, as a reader would, and fails unless each returns
+// exactly 1..crashEntries with its payloads. It also fails unless the blob layer holds a prefix of the
+// oplog with each index once (an interrupted archive step may leave an entry in both layers, which
+// Read hides, but the blob layer itself must never hold an entry twice), and unless an agent gone from
+// compressed level 1 is whole in the blob layer. Agents are checked by a few goroutines at once.
+func crashCheck(t *testing.T, l *layers, agents []oplog.AgentID) crashState {
+	t.Helper()
+	state := make(crashState, len(agents))
+	errs := make([]error, len(agents))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(4, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := range next {
+				state[i], errs[i] = crashCheckAgent(t.Context(), l, agents[i])
+			}
+		})
+	}
+	for i := range agents {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+func crashCheckAgent(ctx context.Context, l *layers, a oplog.AgentID) (crashAgentState, error) {
+	var state crashAgentState
+	got, err := l.stack.Read(ctx, a, oplog.Ephemeral, 1, crashEntries+10)
+	if err != nil {
+		return state, fmt.Errorf("%s: read: %w", a, err)
+	}
+	if len(got) != crashEntries {
+		return state, fmt.Errorf("%s: read back %d entries, want %d", a, len(got), crashEntries)
+	}
+	var buf []byte
+	for i, e := range got {
+		want := oplog.Index(i + 1)
+		if buf = appendCrashPayload(buf[:0], a, want); e.Index != want || !bytes.Equal(e.Payload, buf) {
+			return state, fmt.Errorf("%s: entry %d read back as index %d, payload %q", a, want, e.Index, e.Payload)
+		}
+	}
+
+	paths, err := l.blobs.List(ctx, l.blob.Dir(a, oplog.Ephemeral))
+	if err != nil {
+		return state, err
+	}
+	for _, p := range paths {
+		data, err := l.blobs.Get(ctx, p)
+		if err != nil {
+			return state, err
+		}
+		first, last, err := archive.ChunkSpan(data)
+		if err != nil {
+			return state, fmt.Errorf("%s: blob %s: %w", a, p, err)
+		}
+		if first != oplog.Index(state.blob)+1 || !strings.HasSuffix(p, fmt.Sprintf("/%020d", last)) {
+			return state, fmt.Errorf("%s: blob %s holds %d..%d after blob chunks covering 1..%d: an index is held twice or skipped", a, p, first, last, state.blob)
+		}
+		state.blob = int(last)
+	}
+
+	first, inL1, err := l.stack.Archives()[0].FirstIndex(ctx, a, oplog.Ephemeral)
+	if err != nil {
+		return state, err
+	}
+	state.inL1, state.l1First = inL1, first
+	switch {
+	case inL1 && first > oplog.Index(state.blob)+1:
+		return state, fmt.Errorf("%s: the blob layer holds 1..%d and compressed level 1 starts at %d", a, state.blob, first)
+	case !inL1 && state.blob != crashEntries:
+		return state, fmt.Errorf("%s: gone from compressed level 1 with %d of %d entries in the blob layer", a, state.blob, crashEntries)
+	}
+	return state, nil
+}
+
+// crashLevel1 counts the agents compressed level 1 still holds.
+func crashLevel1(t *testing.T, l *layers, agents []oplog.AgentID) int {
+	t.Helper()
+	n := 0
+	for _, a := range agents {
+		ok, err := l.st.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// writeCrashConfig writes the binary's config: the sweep ticks by itself every 100 ms (the smallest
+// interval), archiving one agent per tick, so that however fast the machine, a process archives only
+// a few agents in the ≤ 500 ms it lives and the work outlasts most of the kills; the residency feed
+// never goes stale during the test.
+func writeCrashConfig(t *testing.T, storageURL, scheduleURL, blobDir string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`[storage]
+url = %q
+[schedule]
+url = %q
+[blob]
+url = %q
+[http]
+listen = "127.0.0.1:0"
+[sweep]
+interval = "100ms"
+max_concurrency = 1
+max_archives_per_tick = 1
+[residency]
+ttl = "1h"
+`, storageURL, scheduleURL, "fs://"+blobDir)
+	path := filepath.Join(t.TempDir(), "strata.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
