@@ -1,4 +1,4 @@
-package test
+package sweeps_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/test/backendtest"
+	"github.com/stratalog/strata/test/oplogtest"
 )
 
 const benchAgents = 10_000
@@ -17,21 +18,21 @@ const benchAgents = 10_000
 func BenchmarkSweepSteadyState(b *testing.B) {
 	for _, be := range backendtest.All() {
 		b.Run(be.Name, func(b *testing.B) {
-			cfg := sweepConfig()
+			cfg := oplogtest.SweepConfig()
 			cfg.MaxScannedPerTick = benchAgents
-			var calls callCounter
+			var calls oplogtest.CallCounter
 			st := be.Open(b)
 			ordered := is.CapabilitiesOf(st).OrderedScan
-			r := newSweepRig(b, calls.wrap(st), cfg)
-			for _, a := range r.strandAgents(b, "resident", benchAgents, 1) {
-				r.resident.Store(a, true)
+			r := oplogtest.NewSweepRig(b, calls.Wrap(st), cfg)
+			for _, a := range r.StrandAgents(b, "resident", benchAgents, 1) {
+				r.Resident.Store(a, true)
 			}
 			scanned := 0
-			calls.reset()
+			calls.Reset()
 			for b.Loop() {
-				rep := r.sw.SweepOnce(b.Context())
+				rep := r.Sweeper.SweepOnce(b.Context())
 				scanned += rep.Routes[0].Scanned
-				got := calls.reset()
+				got := calls.Reset()
 				pages := rep.Routes[0].Pages
 				total := 0
 				for _, n := range got {
@@ -58,19 +59,19 @@ func BenchmarkSweepStranded(b *testing.B) {
 		b.Run(be.Name, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()
-				r := newSweepRig(b, be.Open(b), sweepConfig())
-				agents := r.strandAgents(b, fmt.Sprint("stranded-", i), benchAgents, 3)
+				r := oplogtest.NewSweepRig(b, be.Open(b), oplogtest.SweepConfig())
+				agents := r.StrandAgents(b, fmt.Sprint("stranded-", i), benchAgents, 3)
 				b.StartTimer()
 				start, ticks := time.Now(), 0
-				for r.drained.Load() < benchAgents {
-					r.sw.SweepOnce(b.Context())
+				for r.Drained.Load() < benchAgents {
+					r.Sweeper.SweepOnce(b.Context())
 					if ticks++; ticks > 1000 {
 						b.Fatal("not drained after 1000 ticks")
 					}
 				}
 				elapsed := time.Since(start)
 				b.StopTimer()
-				if n := r.strandedCount(b, agents); n != 0 {
+				if n := r.StrandedCount(b, agents); n != 0 {
 					b.Fatalf("%d agents left", n)
 				}
 				b.ReportMetric(float64(benchAgents)/elapsed.Seconds(), "agents/s")

@@ -1,4 +1,4 @@
-package test
+package crash_test
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package test
+package load_test
 
 import (
 	"context"
@@ -30,6 +30,7 @@ import (
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 	"github.com/stratalog/strata/test/backendtest"
+	"github.com/stratalog/strata/test/oplogtest"
 )
 
 const (
@@ -96,7 +97,7 @@ func runLoad(t *testing.T, backend string, st is.Storage, storageURL string, n i
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLayers(t, st, blobs)
+	l := oplogtest.NewLayers(t, st, blobs)
 
 	agents := make([]oplog.AgentID, n)
 	for i := range agents {
@@ -110,7 +111,7 @@ func runLoad(t *testing.T, backend string, st is.Storage, storageURL string, n i
 			idx := oplog.Index(j + 1)
 			batch[j] = oplog.Entry{Index: idx, Payload: loadPayload(a, idx)}
 		}
-		return l.stack.Append(ctx, a, oplog.Ephemeral, batch)
+		return l.Stack.Append(ctx, a, oplog.Ephemeral, batch)
 	})
 	perShard := make([]int, loadShards)
 	for _, a := range agents {
@@ -236,7 +237,7 @@ func runLoad(t *testing.T, backend string, st is.Storage, storageURL string, n i
 	}
 	want := make(map[string]oplog.AgentID, n)
 	for _, a := range agents {
-		want[l.blob.ChunkPath(a, oplog.Ephemeral, loadEntries)] = a
+		want[l.Blob.ChunkPath(a, oplog.Ephemeral, loadEntries)] = a
 	}
 	for _, p := range paths {
 		if _, ok := want[p]; !ok {
@@ -248,14 +249,14 @@ func runLoad(t *testing.T, backend string, st is.Storage, storageURL string, n i
 	}
 	loadParallel(t, n, 8, func(i int) error {
 		a := agents[i]
-		data, err := blobs.Get(ctx, l.blob.ChunkPath(a, oplog.Ephemeral, loadEntries))
+		data, err := blobs.Get(ctx, l.Blob.ChunkPath(a, oplog.Ephemeral, loadEntries))
 		if err != nil {
 			return err
 		}
 		if first, last, err := archive.ChunkSpan(data); err != nil || first != 1 || last != loadEntries {
 			return fmt.Errorf("%s: its blob chunk covers %d..%d (%v), want 1..%d", a, first, last, err, loadEntries)
 		}
-		got, err := l.stack.Read(ctx, a, oplog.Ephemeral, 1, loadEntries+5)
+		got, err := l.Stack.Read(ctx, a, oplog.Ephemeral, 1, loadEntries+5)
 		if err != nil {
 			return fmt.Errorf("%s: read: %w", a, err)
 		}

@@ -1,4 +1,4 @@
-package test
+package oplogs_test
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/faults"
+	"github.com/stratalog/strata/test/oplogtest"
 )
 
 // Sizes around the chunk limit of 4,096 entries, and one spanning several chunks.
@@ -20,20 +21,20 @@ var oplogSizes = []int{1, 4095, 4096, 4097, 10_000}
 
 func TestOplog_DrainMovesEveryEntryToTheBottomOnce(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		l := newLayers(t, b.Open(t), nil)
-		rng := seeded(t)
+		l := oplogtest.NewLayers(t, b.Open(t), nil)
+		rng := oplogtest.Seeded(t)
 		for _, mode := range oplog.Modes {
 			for _, n := range oplogSizes {
-				agent := agentNamed(fmt.Sprintf("%s-%d", mode, n))
-				l.write(t, agent, mode, 1, n, rng)
-				l.requireExact(t, agent, mode, n)
-				d := l.drain(t, agent, mode)
+				agent := oplogtest.AgentNamed(fmt.Sprintf("%s-%d", mode, n))
+				l.Write(t, agent, mode, 1, n, rng)
+				l.RequireExact(t, agent, mode, n)
+				d := l.Drain(t, agent, mode)
 				wantHops := map[oplog.Mode]int{oplog.Durable: 2, oplog.Ephemeral: 1}[mode]
 				if d.Hops != wantHops || d.Moved != n*wantHops {
 					t.Fatalf("%s: drain %+v, want %d hops moving %d entries each", agent, d, wantHops, n)
 				}
-				l.requireExact(t, agent, mode, n)
-				l.requireDrained(t, agent, mode, n)
+				l.RequireExact(t, agent, mode, n)
+				l.RequireDrained(t, agent, mode, n)
 			}
 		}
 	})
@@ -42,32 +43,32 @@ func TestOplog_DrainMovesEveryEntryToTheBottomOnce(t *testing.T) {
 func TestOplog_WritesAndReadsAcrossArchivesAndReopening(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		st := b.Open(t)
-		blobs := newLayers(t, st, nil).blobs
-		rng := seeded(t)
+		blobs := oplogtest.NewLayers(t, st, nil).Blobs
+		rng := oplogtest.Seeded(t)
 		for _, mode := range oplog.Modes {
-			agent := agentNamed("reopened-" + string(mode))
-			l := newLayers(t, st, blobs)
-			l.write(t, agent, mode, 1, 5000, rng)
-			if _, err := l.stack.ArchiveStep(t.Context(), agent, mode); err != nil {
+			agent := oplogtest.AgentNamed("reopened-" + string(mode))
+			l := oplogtest.NewLayers(t, st, blobs)
+			l.Write(t, agent, mode, 1, 5000, rng)
+			if _, err := l.Stack.ArchiveStep(t.Context(), agent, mode); err != nil {
 				t.Fatal(err)
 			}
-			l.requireExact(t, agent, mode, 5000)
+			l.RequireExact(t, agent, mode, 5000)
 
 			// A process restart: new handles on the same storage, a new stack over them.
-			l = newLayers(t, b.Reopen(t, st), blobs)
-			l.requireExact(t, agent, mode, 5000)
-			l.write(t, agent, mode, 5001, 1000, rng)
-			l.requireExact(t, agent, mode, 6000)
-			l.drain(t, agent, mode)
-			l.requireDrained(t, agent, mode, 6000)
+			l = oplogtest.NewLayers(t, b.Reopen(t, st), blobs)
+			l.RequireExact(t, agent, mode, 5000)
+			l.Write(t, agent, mode, 5001, 1000, rng)
+			l.RequireExact(t, agent, mode, 6000)
+			l.Drain(t, agent, mode)
+			l.RequireDrained(t, agent, mode, 6000)
 
 			// A second lifetime of the same agent after its archive.
-			l = newLayers(t, b.Reopen(t, st), blobs)
-			l.write(t, agent, mode, 6001, 4200, rng)
-			l.requireExact(t, agent, mode, 10_200)
-			l.drain(t, agent, mode)
-			l.requireExact(t, agent, mode, 10_200)
-			l.requireDrained(t, agent, mode, 10_200)
+			l = oplogtest.NewLayers(t, b.Reopen(t, st), blobs)
+			l.Write(t, agent, mode, 6001, 4200, rng)
+			l.RequireExact(t, agent, mode, 10_200)
+			l.Drain(t, agent, mode)
+			l.RequireExact(t, agent, mode, 10_200)
+			l.RequireDrained(t, agent, mode, 10_200)
 		}
 	})
 }
@@ -79,32 +80,32 @@ func TestOplog_DrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
 	const n = 4096 + 2500 // two batches a hop, so a fault can fall between batches
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		var in faults.Injector
-		base := newLayers(t, b.Open(t), nil)
-		l := newLayers(t, in.Storage(base.st), in.Blobs(base.blobs))
-		l.st, l.blobs = base.st, base.blobs // checks read the stores directly, uncounted
+		base := oplogtest.NewLayers(t, b.Open(t), nil)
+		l := oplogtest.NewLayers(t, in.Storage(base.St), in.Blobs(base.Blobs))
+		l.St, l.Blobs = base.St, base.Blobs // checks read the stores directly, uncounted
 		// The same chunking for every agent, so each makes the calls the probe counted.
 		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
 		for _, mode := range oplog.Modes {
-			probe := agentNamed("probe-" + string(mode))
-			l.write(t, probe, mode, 1, n, fixed())
+			probe := oplogtest.AgentNamed("probe-" + string(mode))
+			l.Write(t, probe, mode, 1, n, fixed())
 			in.Count()
-			l.drain(t, probe, mode)
+			l.Drain(t, probe, mode)
 			calls, names := in.Calls()
 			t.Logf("%s: a clean drain makes %d storage calls: %s", mode, calls, strings.Join(names, ", "))
 			for k := 1; k <= calls; k++ {
 				for _, when := range []faults.When{faults.Before, faults.After} {
-					agent := agentNamed(fmt.Sprintf("%s-crash-%d-%s", mode, k, when))
-					l.write(t, agent, mode, 1, n, fixed())
+					agent := oplogtest.AgentNamed(fmt.Sprintf("%s-crash-%d-%s", mode, k, when))
+					l.Write(t, agent, mode, 1, n, fixed())
 					in.Arm(k, when)
-					_, err := l.stack.Drain(t.Context(), agent, mode)
+					_, err := l.Stack.Drain(t.Context(), agent, mode)
 					in.Count()
 					if !errors.Is(err, faults.ErrInjected) {
 						t.Fatalf("call %d (%s): drain returned %v, want the injected fault", k, when, err)
 					}
-					l.requireExact(t, agent, mode, n)
-					l.drain(t, agent, mode)
-					l.requireExact(t, agent, mode, n)
-					l.requireDrained(t, agent, mode, n)
+					l.RequireExact(t, agent, mode, n)
+					l.Drain(t, agent, mode)
+					l.RequireExact(t, agent, mode, n)
+					l.RequireDrained(t, agent, mode, n)
 				}
 			}
 		}
@@ -113,10 +114,10 @@ func TestOplog_DrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
 
 func TestOplog_WriterRacingTheArchiveLosesNothing(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		l := newLayers(t, b.Open(t), nil)
-		rng := seeded(t)
+		l := oplogtest.NewLayers(t, b.Open(t), nil)
+		rng := oplogtest.Seeded(t)
 		for _, mode := range oplog.Modes {
-			agent := agentNamed("raced-" + string(mode))
+			agent := oplogtest.AgentNamed("raced-" + string(mode))
 			const total = 12_000
 			batches := []int{}
 			for left := total; left > 0; {
@@ -130,7 +131,7 @@ func TestOplog_WriterRacingTheArchiveLosesNothing(t *testing.T) {
 				defer close(done)
 				next := oplog.Index(1)
 				for _, size := range batches {
-					if writeErr = l.stack.Append(t.Context(), agent, mode, entriesRange(next, size)); writeErr != nil {
+					if writeErr = l.Stack.Append(t.Context(), agent, mode, oplogtest.EntriesRange(next, size)); writeErr != nil {
 						return
 					}
 					next += oplog.Index(size)
@@ -145,7 +146,7 @@ func TestOplog_WriterRacingTheArchiveLosesNothing(t *testing.T) {
 						return
 					default:
 					}
-					if _, archiveErr = l.stack.Drain(t.Context(), agent, mode); archiveErr != nil && !errors.Is(archiveErr, oplog.ErrStepCap) {
+					if _, archiveErr = l.Stack.Drain(t.Context(), agent, mode); archiveErr != nil && !errors.Is(archiveErr, oplog.ErrStepCap) {
 						return
 					}
 					archiveErr = nil
@@ -155,10 +156,10 @@ func TestOplog_WriterRacingTheArchiveLosesNothing(t *testing.T) {
 			if writeErr != nil || archiveErr != nil {
 				t.Fatalf("writer: %v; archiver: %v", writeErr, archiveErr)
 			}
-			l.requireExact(t, agent, mode, total)
-			l.drain(t, agent, mode)
-			l.requireExact(t, agent, mode, total)
-			l.requireDrained(t, agent, mode, total)
+			l.RequireExact(t, agent, mode, total)
+			l.Drain(t, agent, mode)
+			l.RequireExact(t, agent, mode, total)
+			l.RequireDrained(t, agent, mode, total)
 		}
 	})
 }
@@ -171,18 +172,18 @@ func TestOplog_AgentNamesSurviveEveryLayer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newLayers(t, b.Open(t), blobs)
-		rng := seeded(t)
+		l := oplogtest.NewLayers(t, b.Open(t), blobs)
+		rng := oplogtest.Seeded(t)
 		for _, mode := range oplog.Modes {
 			for i, name := range awkwardNames {
-				agent := agentNamed(name)
-				l.write(t, agent, mode, 1, 50+i, rng)
+				agent := oplogtest.AgentNamed(name)
+				l.Write(t, agent, mode, 1, 50+i, rng)
 			}
 			for i, name := range awkwardNames {
-				agent := agentNamed(name)
-				l.drain(t, agent, mode)
-				l.requireExact(t, agent, mode, 50+i)
-				l.requireDrained(t, agent, mode, 50+i)
+				agent := oplogtest.AgentNamed(name)
+				l.Drain(t, agent, mode)
+				l.RequireExact(t, agent, mode, 50+i)
+				l.RequireDrained(t, agent, mode, 50+i)
 			}
 		}
 	})
@@ -190,53 +191,53 @@ func TestOplog_AgentNamesSurviveEveryLayer(t *testing.T) {
 
 func TestOplog_CorruptChunkIsReportedWithAgentAndIndex(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		l := newLayers(t, b.Open(t), nil)
+		l := oplogtest.NewLayers(t, b.Open(t), nil)
 		ctx := t.Context()
-		agent := agentNamed("corrupted")
-		if err := l.stack.Append(ctx, agent, oplog.Ephemeral, entriesRange(1, 100)); err != nil {
+		agent := oplogtest.AgentNamed("corrupted")
+		if err := l.Stack.Append(ctx, agent, oplog.Ephemeral, oplogtest.EntriesRange(1, 100)); err != nil {
 			t.Fatal(err)
 		}
 		ns := oplog.CompressedNamespace(oplog.Ephemeral, 1)
-		rows, err := l.st.Read(ctx, ns, agent.Key(), 0, ^uint64(0))
+		rows, err := l.St.Read(ctx, ns, agent.Key(), 0, ^uint64(0))
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("compressed rows: %d, %v", len(rows), err)
 		}
 		bad := rows[0].Value
 		bad[len(bad)/2] ^= 0x10
-		if err := l.st.Delete(ctx, ns, agent.Key()); err != nil {
+		if err := l.St.Delete(ctx, ns, agent.Key()); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.st.Append(ctx, ns, agent.Key(), rows[0].ID, bad); err != nil {
+		if err := l.St.Append(ctx, ns, agent.Key(), rows[0].ID, bad); err != nil {
 			t.Fatal(err)
 		}
 		requireCorrupt(t, l, agent)
-		if _, err := l.stack.Drain(ctx, agent, oplog.Ephemeral); !errors.Is(err, archive.ErrCorruptChunk) {
+		if _, err := l.Stack.Drain(ctx, agent, oplog.Ephemeral); !errors.Is(err, archive.ErrCorruptChunk) {
 			t.Fatalf("drain of a corrupt chunk: %v, want ErrCorruptChunk", err)
 		}
-		if ok, _ := l.st.Exists(ctx, ns, agent.Key()); !ok {
+		if ok, _ := l.St.Exists(ctx, ns, agent.Key()); !ok {
 			t.Fatal("the drain dropped the corrupt chunk: its entries are gone")
 		}
 
 		// The same in the blob layer.
-		other := agentNamed("corrupted-blob")
-		l.write(t, other, oplog.Ephemeral, 1, 100, seeded(t))
-		l.drain(t, other, oplog.Ephemeral)
-		path := l.blob.ChunkPath(other, oplog.Ephemeral, 100)
-		data, err := l.blobs.Get(ctx, path)
+		other := oplogtest.AgentNamed("corrupted-blob")
+		l.Write(t, other, oplog.Ephemeral, 1, 100, oplogtest.Seeded(t))
+		l.Drain(t, other, oplog.Ephemeral)
+		path := l.Blob.ChunkPath(other, oplog.Ephemeral, 100)
+		data, err := l.Blobs.Get(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		data[3] ^= 0x01
-		if err := l.blobs.Put(ctx, path, data); err != nil {
+		if err := l.Blobs.Put(ctx, path, data); err != nil {
 			t.Fatal(err)
 		}
 		requireCorrupt(t, l, other)
 	})
 }
 
-func requireCorrupt(t *testing.T, l *layers, agent oplog.AgentID) {
+func requireCorrupt(t *testing.T, l *oplogtest.Layers, agent oplog.AgentID) {
 	t.Helper()
-	_, err := l.stack.Read(t.Context(), agent, oplog.Ephemeral, 1, 200)
+	_, err := l.Stack.Read(t.Context(), agent, oplog.Ephemeral, 1, 200)
 	if !errors.Is(err, archive.ErrCorruptChunk) {
 		t.Fatalf("read of a corrupt chunk: %v, want ErrCorruptChunk", err)
 	}

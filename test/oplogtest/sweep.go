@@ -1,4 +1,4 @@
-package test
+package oplogtest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
@@ -13,12 +14,12 @@ import (
 )
 
 // callCounter counts the operations that reach a storage, by operation.
-type callCounter struct {
+type CallCounter struct {
 	mu    sync.Mutex
 	calls map[is.Operation]int
 }
 
-func (c *callCounter) wrap(st is.Storage) is.Storage {
+func (c *CallCounter) Wrap(st is.Storage) is.Storage {
 	c.calls = map[is.Operation]int{}
 	return is.Intercept(st, func(ctx context.Context, op is.Operation, do func(context.Context) error) error {
 		c.mu.Lock()
@@ -28,7 +29,7 @@ func (c *callCounter) wrap(st is.Storage) is.Storage {
 	})
 }
 
-func (c *callCounter) reset() map[is.Operation]int {
+func (c *CallCounter) Reset() map[is.Operation]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := c.calls
@@ -37,35 +38,35 @@ func (c *callCounter) reset() map[is.Operation]int {
 }
 
 // sweepRig is a sweeper over a default stack on some storage, owning the single shard.
-type sweepRig struct {
-	*layers
-	sw       *sweeper.Sweeper
-	resident sync.Map // oplog.AgentID → bool
-	drained  atomic.Int64
+type SweepRig struct {
+	*Layers
+	Sweeper  *sweeper.Sweeper
+	Resident sync.Map // oplog.AgentID → bool
+	Drained  atomic.Int64
 }
 
-func newSweepRig(t testing.TB, st is.Storage, cfg sweeper.Config) *sweepRig {
+func NewSweepRig(t testing.TB, st is.Storage, cfg sweeper.Config) *SweepRig {
 	t.Helper()
-	r := &sweepRig{layers: newLayers(t, st, nil)}
-	sw, err := sweeper.New(cfg, r.stack, sweeper.Options{
-		Residency: func(a oplog.AgentID) bool { _, ok := r.resident.Load(a); return ok },
+	r := &SweepRig{Layers: NewLayers(t, st, nil)}
+	sw, err := sweeper.New(cfg, r.Stack, sweeper.Options{
+		Residency: func(a oplog.AgentID) bool { _, ok := r.Resident.Load(a); return ok },
 		Shards:    func() (sweeper.Assignment, bool) { return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true },
-		OnDrained: func(oplog.AgentID, oplog.Mode) { r.drained.Add(1) },
+		OnDrained: func(oplog.AgentID, oplog.Mode) { r.Drained.Add(1) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.sw = sw
+	r.Sweeper = sw
 	return r
 }
 
 // strandAgents writes n ephemeral agents of entries each into compressed level 1.
-func (r *sweepRig) strandAgents(t testing.TB, prefix string, n, entries int) []oplog.AgentID {
+func (r *SweepRig) StrandAgents(t testing.TB, prefix string, n, entries int) []oplog.AgentID {
 	t.Helper()
 	agents := make([]oplog.AgentID, n)
 	for i := range agents {
-		agents[i] = agentNamed(fmt.Sprintf("%s-%05d", prefix, i))
-		if err := r.stack.Append(t.Context(), agents[i], oplog.Ephemeral, entriesRange(1, entries)); err != nil {
+		agents[i] = AgentNamed(fmt.Sprintf("%s-%05d", prefix, i))
+		if err := r.Stack.Append(t.Context(), agents[i], oplog.Ephemeral, EntriesRange(1, entries)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,11 +74,11 @@ func (r *sweepRig) strandAgents(t testing.TB, prefix string, n, entries int) []o
 }
 
 // strandedCount returns how many of the agents compressed level 1 still holds.
-func (r *sweepRig) strandedCount(t testing.TB, agents []oplog.AgentID) int {
+func (r *SweepRig) StrandedCount(t testing.TB, agents []oplog.AgentID) int {
 	t.Helper()
 	n := 0
 	for _, a := range agents {
-		ok, err := r.st.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
+		ok, err := r.St.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,4 +87,11 @@ func (r *sweepRig) strandedCount(t testing.TB, agents []oplog.AgentID) int {
 		}
 	}
 	return n
+}
+
+// SweepConfig is the default sweep configuration with a one-second interval.
+func SweepConfig() sweeper.Config {
+	c := sweeper.DefaultConfig()
+	c.Interval = time.Second
+	return c
 }

@@ -1,4 +1,4 @@
-package test
+package crash_test
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
+	"github.com/stratalog/strata/test/oplogtest"
 )
 
 // The crash test strands crashAgents ephemeral oplogs of crashEntries entries each, written as an
@@ -96,7 +97,7 @@ func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
 		st := backendtest.SQLite().Open(t)
 		path := st.(*sqlite.Store).Path()
 		u := "sqlite://" + path
-		runCrash(t, bin, newLayers(t, st, crashBlobs(t)), u, u, iterations)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u, u, iterations)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		st := backendtest.Postgres().Open(t)
@@ -107,7 +108,7 @@ func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
 		q := u.Query()
 		q.Set("schema", st.(*postgres.Store).Schema())
 		u.RawQuery = q.Encode()
-		runCrash(t, bin, newLayers(t, st, crashBlobs(t)), u.String(), u.String(), iterations)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u.String(), u.String(), iterations)
 	})
 }
 
@@ -123,9 +124,9 @@ func crashBlobs(t *testing.T) *fsblob.Store {
 // runCrash strands the agents through l (the test's own handle on the storage and blob directory the
 // binary is configured with), kills the binary iterations times while it sweeps, checking every oplog
 // after every kill, then lets it converge and checks the drained state.
-func runCrash(t *testing.T, bin string, l *layers, storageURL, scheduleURL string, iterations int) {
+func runCrash(t *testing.T, bin string, l *oplogtest.Layers, storageURL, scheduleURL string, iterations int) {
 	ctx := t.Context()
-	blobDir := l.blobs.(*fsblob.Store).Root()
+	blobDir := l.Blobs.(*fsblob.Store).Root()
 	cfg := writeCrashConfig(t, storageURL, scheduleURL, blobDir)
 	rng := crashSeed(t)
 
@@ -141,7 +142,7 @@ func runCrash(t *testing.T, bin string, l *layers, storageURL, scheduleURL strin
 				idx := oplog.Index(from + j)
 				batch[j] = oplog.Entry{Index: idx, Payload: crashPayload(a, idx)}
 			}
-			if err := l.stack.Append(ctx, a, oplog.Ephemeral, batch); err != nil {
+			if err := l.Stack.Append(ctx, a, oplog.Ephemeral, batch); err != nil {
 				t.Fatal(err)
 			}
 			from += n
@@ -205,7 +206,7 @@ func runCrash(t *testing.T, bin string, l *layers, storageURL, scheduleURL strin
 	}
 	t.Logf("the last start drained the rest in %s", time.Since(converging).Round(time.Millisecond))
 	for _, a := range agents {
-		l.requireDrained(t, a, oplog.Ephemeral, crashEntries)
+		l.RequireDrained(t, a, oplog.Ephemeral, crashEntries)
 	}
 	if n := crashCheck(t, l, agents).inLevel1(); n != 0 {
 		t.Fatalf("%d agents back in compressed level 1", n)
@@ -253,7 +254,7 @@ func (s crashState) cutSince(before crashState) int {
 // oplog with each index once (an interrupted archive step may leave an entry in both layers, which
 // Read hides, but the blob layer itself must never hold an entry twice), and unless an agent gone from
 // compressed level 1 is whole in the blob layer. Agents are checked by a few goroutines at once.
-func crashCheck(t *testing.T, l *layers, agents []oplog.AgentID) crashState {
+func crashCheck(t *testing.T, l *oplogtest.Layers, agents []oplog.AgentID) crashState {
 	t.Helper()
 	state := make(crashState, len(agents))
 	errs := make([]error, len(agents))
@@ -277,9 +278,9 @@ func crashCheck(t *testing.T, l *layers, agents []oplog.AgentID) crashState {
 	return state
 }
 
-func crashCheckAgent(ctx context.Context, l *layers, a oplog.AgentID) (crashAgentState, error) {
+func crashCheckAgent(ctx context.Context, l *oplogtest.Layers, a oplog.AgentID) (crashAgentState, error) {
 	var state crashAgentState
-	got, err := l.stack.Read(ctx, a, oplog.Ephemeral, 1, crashEntries+10)
+	got, err := l.Stack.Read(ctx, a, oplog.Ephemeral, 1, crashEntries+10)
 	if err != nil {
 		return state, fmt.Errorf("%s: read: %w", a, err)
 	}
@@ -294,12 +295,12 @@ func crashCheckAgent(ctx context.Context, l *layers, a oplog.AgentID) (crashAgen
 		}
 	}
 
-	paths, err := l.blobs.List(ctx, l.blob.Dir(a, oplog.Ephemeral))
+	paths, err := l.Blobs.List(ctx, l.Blob.Dir(a, oplog.Ephemeral))
 	if err != nil {
 		return state, err
 	}
 	for _, p := range paths {
-		data, err := l.blobs.Get(ctx, p)
+		data, err := l.Blobs.Get(ctx, p)
 		if err != nil {
 			return state, err
 		}
@@ -313,7 +314,7 @@ func crashCheckAgent(ctx context.Context, l *layers, a oplog.AgentID) (crashAgen
 		state.blob = int(last)
 	}
 
-	first, inL1, err := l.stack.Archives()[0].FirstIndex(ctx, a, oplog.Ephemeral)
+	first, inL1, err := l.Stack.Archives()[0].FirstIndex(ctx, a, oplog.Ephemeral)
 	if err != nil {
 		return state, err
 	}
@@ -328,11 +329,11 @@ func crashCheckAgent(ctx context.Context, l *layers, a oplog.AgentID) (crashAgen
 }
 
 // crashLevel1 counts the agents compressed level 1 still holds.
-func crashLevel1(t *testing.T, l *layers, agents []oplog.AgentID) int {
+func crashLevel1(t *testing.T, l *oplogtest.Layers, agents []oplog.AgentID) int {
 	t.Helper()
 	n := 0
 	for _, a := range agents {
-		ok, err := l.st.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
+		ok, err := l.St.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package test
+package oplogs_test
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
+	"github.com/stratalog/strata/test/oplogtest"
 )
 
 // BenchmarkDrain reports entries/s for draining a 100,000-entry durable oplog through both hops
@@ -23,13 +24,13 @@ func BenchmarkDrain(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			l := newLayers(b, be.Open(b), blobs)
+			l := oplogtest.NewLayers(b, be.Open(b), blobs)
 			for i := 0; b.Loop(); i++ {
-				agent := agentNamed(fmt.Sprint("bench-", i))
+				agent := oplogtest.AgentNamed(fmt.Sprint("bench-", i))
 				b.StopTimer()
-				l.write(b, agent, oplog.Durable, 1, n, nil)
+				l.Write(b, agent, oplog.Durable, 1, n, nil)
 				b.StartTimer()
-				l.drain(b, agent, oplog.Durable)
+				l.Drain(b, agent, oplog.Durable)
 			}
 			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "entries/s")
 		})
@@ -47,17 +48,17 @@ func BenchmarkDrainPeakHeap(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			l := newLayers(b, backendtest.SQLite().Open(b), blobs)
+			l := oplogtest.NewLayers(b, backendtest.SQLite().Open(b), blobs)
 			var peak uint64
 			for i := 0; b.Loop(); i++ {
-				agent := agentNamed(fmt.Sprint("heap-", i))
+				agent := oplogtest.AgentNamed(fmt.Sprint("heap-", i))
 				b.StopTimer()
-				l.write(b, agent, oplog.Durable, 1, n, nil)
+				l.Write(b, agent, oplog.Durable, 1, n, nil)
 				runtime.GC()
 				base := liveHeap()
 				stop := sampleHeap(&peak, base)
 				b.StartTimer()
-				l.drain(b, agent, oplog.Durable)
+				l.Drain(b, agent, oplog.Durable)
 				b.StopTimer()
 				stop()
 				b.StartTimer()

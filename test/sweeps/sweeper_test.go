@@ -1,56 +1,50 @@
-package test
+package sweeps_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 	"github.com/stratalog/strata/test/backendtest"
+	"github.com/stratalog/strata/test/oplogtest"
 )
-
-func sweepConfig() sweeper.Config {
-	c := sweeper.DefaultConfig()
-	c.Interval = time.Second
-	return c
-}
 
 // The sweep's main scenarios on every backend: stranded agents are archived after the second pass,
 // resident ones are left alone, and tight budgets only spread the work over more ticks.
 func TestSweep_StrandedAgentsAreArchivedOnEveryBackend(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		cfg := sweepConfig()
+		cfg := oplogtest.SweepConfig()
 		cfg.PageSize, cfg.MaxScannedPerTick, cfg.MaxArchivesPerTick = 4, 12, 5
-		var calls callCounter
-		r := newSweepRig(t, calls.wrap(b.Open(t)), cfg)
-		stranded := r.strandAgents(t, "stranded", 30, 7)
-		resident := r.strandAgents(t, "resident", 3, 2)
+		var calls oplogtest.CallCounter
+		r := oplogtest.NewSweepRig(t, calls.Wrap(b.Open(t)), cfg)
+		stranded := r.StrandAgents(t, "stranded", 30, 7)
+		resident := r.StrandAgents(t, "resident", 3, 2)
 		for _, a := range resident {
-			r.resident.Store(a, true)
+			r.Resident.Store(a, true)
 		}
-		calls.reset()
+		calls.Reset()
 		ticks, truncated := 0, false
-		for ; ticks < 60 && r.strandedCount(t, stranded) > 0; ticks++ {
-			rep := r.sw.SweepOnce(t.Context())
+		for ; ticks < 60 && r.StrandedCount(t, stranded) > 0; ticks++ {
+			rep := r.Sweeper.SweepOnce(t.Context())
 			truncated = truncated || len(rep.Truncated) > 0
 			if rep.Outcomes[sweeper.OutcomeArchived] > cfg.MaxArchivesPerTick {
 				t.Fatalf("tick %d archived %d, budget %d", ticks, rep.Outcomes[sweeper.OutcomeArchived], cfg.MaxArchivesPerTick)
 			}
 		}
-		if n := r.strandedCount(t, stranded); n > 0 {
+		if n := r.StrandedCount(t, stranded); n > 0 {
 			t.Fatalf("%d agents still stranded after %d ticks", n, ticks)
 		}
 		if !truncated {
 			t.Fatal("budgets this tight never truncated a tick")
 		}
 		for _, a := range stranded {
-			r.requireExact(t, a, oplog.Ephemeral, 7)
-			r.requireDrained(t, a, oplog.Ephemeral, 7)
+			r.RequireExact(t, a, oplog.Ephemeral, 7)
+			r.RequireDrained(t, a, oplog.Ephemeral, 7)
 		}
-		if r.strandedCount(t, resident) != len(resident) {
+		if r.StrandedCount(t, resident) != len(resident) {
 			t.Fatal("a resident agent was archived")
 		}
-		if got := r.drained.Load(); got != int64(len(stranded)) {
+		if got := r.Drained.Load(); got != int64(len(stranded)) {
 			t.Fatalf("OnDrained fired %d times for %d agents", got, len(stranded))
 		}
 		t.Logf("%d agents drained in %d ticks", len(stranded), ticks)
@@ -60,16 +54,16 @@ func TestSweep_StrandedAgentsAreArchivedOnEveryBackend(t *testing.T) {
 // In steady state the sweep reads pages and nothing else: every agent in the layer is resident.
 func TestSweep_ResidentAgentsCostOnlyPageReadsOnEveryBackend(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		cfg := sweepConfig()
+		cfg := oplogtest.SweepConfig()
 		cfg.PageSize = 16
-		var calls callCounter
-		r := newSweepRig(t, calls.wrap(b.Open(t)), cfg)
-		for _, a := range r.strandAgents(t, "busy", 100, 1) {
-			r.resident.Store(a, true)
+		var calls oplogtest.CallCounter
+		r := oplogtest.NewSweepRig(t, calls.Wrap(b.Open(t)), cfg)
+		for _, a := range r.StrandAgents(t, "busy", 100, 1) {
+			r.Resident.Store(a, true)
 		}
-		calls.reset()
-		rep := r.sw.SweepOnce(t.Context())
-		got := calls.reset()
+		calls.Reset()
+		rep := r.Sweeper.SweepOnce(t.Context())
+		got := calls.Reset()
 		if rep.Outcomes[sweeper.OutcomeResident] < 100 {
 			t.Fatalf("decided %d resident of 100", rep.Outcomes[sweeper.OutcomeResident])
 		}
@@ -90,21 +84,21 @@ func TestSweep_ResidentAgentsCostOnlyPageReadsOnEveryBackend(t *testing.T) {
 // ever passes the gate early. Checked on every backend, where declared order makes it moot.
 func TestSweep_QuietGateHoldsAcrossTicksOfOnePass(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		cfg := sweepConfig()
+		cfg := oplogtest.SweepConfig()
 		cfg.PageSize, cfg.MaxScannedPerTick = 1, 1
-		r := newSweepRig(t, b.Open(t), cfg)
-		agents := r.strandAgents(t, "slow-pass", 5, 2)
+		r := oplogtest.NewSweepRig(t, b.Open(t), cfg)
+		agents := r.StrandAgents(t, "slow-pass", 5, 2)
 		var firstArchive int
-		for tick := 1; tick <= 40 && r.strandedCount(t, agents) > 0; tick++ {
-			rep := r.sw.SweepOnce(t.Context())
+		for tick := 1; tick <= 40 && r.StrandedCount(t, agents) > 0; tick++ {
+			rep := r.Sweeper.SweepOnce(t.Context())
 			if firstArchive == 0 && len(rep.Archived()) > 0 {
 				firstArchive = tick
-				if st := r.sw.Status(); st.Passes["ephemeral-l1"] < 2 {
+				if st := r.Sweeper.Status(); st.Passes["ephemeral-l1"] < 2 {
 					t.Fatalf("archived during pass %d", st.Passes["ephemeral-l1"])
 				}
 			}
 		}
-		if firstArchive == 0 || r.strandedCount(t, agents) > 0 {
+		if firstArchive == 0 || r.StrandedCount(t, agents) > 0 {
 			t.Fatalf("not drained (first archive at tick %d)", firstArchive)
 		}
 		if firstArchive <= 1 {

@@ -1,4 +1,6 @@
-package test
+// Package oplogtest holds what the cross-backend tests share: a default layer stack over any storage
+// with checks of what it holds, and a sweep rig over it.
+package oplogtest
 
 import (
 	"bytes"
@@ -15,14 +17,14 @@ import (
 )
 
 // layers is a default stack (primary → compressed level 1 → blob level 0) and what it sits on.
-type layers struct {
-	st    is.Storage
-	blobs archive.BlobStore
-	stack *oplog.Stack
-	blob  *archive.Blob
+type Layers struct {
+	St    is.Storage
+	Blobs archive.BlobStore
+	Stack *oplog.Stack
+	Blob  *archive.Blob
 }
 
-func newLayers(t testing.TB, st is.Storage, blobs archive.BlobStore) *layers {
+func NewLayers(t testing.TB, st is.Storage, blobs archive.BlobStore) *Layers {
 	t.Helper()
 	if blobs == nil {
 		blobs = memory.NewBlobStore()
@@ -39,33 +41,33 @@ func newLayers(t testing.TB, st is.Storage, blobs archive.BlobStore) *layers {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &layers{st: st, blobs: blobs, stack: stack, blob: b0}
+	return &Layers{St: st, Blobs: blobs, Stack: stack, Blob: b0}
 }
 
 // payload is entry i's content: its index, padded to a size that varies with it.
-func payload(i oplog.Index) []byte {
+func Payload(i oplog.Index) []byte {
 	return []byte(fmt.Sprintf("entry %d;%s", i, strings.Repeat("x", int(i%13))))
 }
 
-func entriesRange(from oplog.Index, n int) []oplog.Entry {
+func EntriesRange(from oplog.Index, n int) []oplog.Entry {
 	out := make([]oplog.Entry, n)
 	for i := range out {
 		idx := from + oplog.Index(i)
-		out[i] = oplog.Entry{Index: idx, Payload: payload(idx)}
+		out[i] = oplog.Entry{Index: idx, Payload: Payload(idx)}
 	}
 	return out
 }
 
 // write appends entries from..from+n-1 the way an executor would: durable agents in batches, ephemeral
 // agents as a chunk per invocation step of random size.
-func (l *layers) write(t testing.TB, agent oplog.AgentID, mode oplog.Mode, from oplog.Index, n int, rng *rand.Rand) {
+func (l *Layers) Write(t testing.TB, agent oplog.AgentID, mode oplog.Mode, from oplog.Index, n int, rng *rand.Rand) {
 	t.Helper()
 	for n > 0 {
 		size := min(n, 1000)
 		if mode == oplog.Ephemeral {
 			size = min(n, 1+rng.IntN(700))
 		}
-		if err := l.stack.Append(t.Context(), agent, mode, entriesRange(from, size)); err != nil {
+		if err := l.Stack.Append(t.Context(), agent, mode, EntriesRange(from, size)); err != nil {
 			t.Fatalf("append %d..%d to %s: %v", from, from+oplog.Index(size)-1, agent, err)
 		}
 		from += oplog.Index(size)
@@ -74,11 +76,11 @@ func (l *layers) write(t testing.TB, agent oplog.AgentID, mode oplog.Mode, from 
 }
 
 // requireExact checks Stack.Read returns exactly indices 1..n with their payloads, once each.
-func (l *layers) requireExact(t testing.TB, agent oplog.AgentID, mode oplog.Mode, n int) {
+func (l *Layers) RequireExact(t testing.TB, agent oplog.AgentID, mode oplog.Mode, n int) {
 	t.Helper()
 	next := oplog.Index(1)
 	for {
-		entries, err := l.stack.Read(t.Context(), agent, mode, next, 1000)
+		entries, err := l.Stack.Read(t.Context(), agent, mode, next, 1000)
 		if err != nil {
 			t.Fatalf("read %s from %d: %v", agent, next, err)
 		}
@@ -89,7 +91,7 @@ func (l *layers) requireExact(t testing.TB, agent oplog.AgentID, mode oplog.Mode
 			if e.Index != next {
 				t.Fatalf("%s: read index %d where %d was expected", agent, e.Index, next)
 			}
-			if !bytes.Equal(e.Payload, payload(e.Index)) {
+			if !bytes.Equal(e.Payload, Payload(e.Index)) {
 				t.Fatalf("%s: entry %d has payload %q", agent, e.Index, e.Payload)
 			}
 			next++
@@ -102,31 +104,31 @@ func (l *layers) requireExact(t testing.TB, agent oplog.AgentID, mode oplog.Mode
 
 // requireDrained checks the oplog lives in the blob layer alone: the primary and compressed indexes are
 // gone from storage, and the blob chunks cover 1..n exactly once, in order.
-func (l *layers) requireDrained(t testing.TB, agent oplog.AgentID, mode oplog.Mode, n int) {
+func (l *Layers) RequireDrained(t testing.TB, agent oplog.AgentID, mode oplog.Mode, n int) {
 	t.Helper()
 	ctx := t.Context()
 	for _, ns := range []string{oplog.PrimaryNamespace(mode), oplog.CompressedNamespace(mode, 1)} {
-		if ok, err := l.st.Exists(ctx, ns, agent.Key()); ok || err != nil {
+		if ok, err := l.St.Exists(ctx, ns, agent.Key()); ok || err != nil {
 			t.Fatalf("%s: %s still exists after the drain (%v)", agent, ns, err)
 		}
 	}
-	covered := l.blobCoverage(t, agent, mode)
-	if !slices.Equal(covered, spanIndexes(1, n)) {
-		t.Fatalf("%s: blob chunks cover %d indices (%v…), want exactly 1..%d once each", agent, len(covered), head(covered), n)
+	covered := l.BlobCoverage(t, agent, mode)
+	if !slices.Equal(covered, SpanIndexes(1, n)) {
+		t.Fatalf("%s: blob chunks cover %d indices (%v…), want exactly 1..%d once each", agent, len(covered), Head(covered), n)
 	}
 }
 
 // blobCoverage decodes every blob chunk of the agent and returns the indices they hold, in order,
 // duplicates kept.
-func (l *layers) blobCoverage(t testing.TB, agent oplog.AgentID, mode oplog.Mode) []oplog.Index {
+func (l *Layers) BlobCoverage(t testing.TB, agent oplog.AgentID, mode oplog.Mode) []oplog.Index {
 	t.Helper()
-	paths, err := l.blobs.List(t.Context(), l.blob.Dir(agent, mode))
+	paths, err := l.Blobs.List(t.Context(), l.Blob.Dir(agent, mode))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var covered []oplog.Index
 	for _, p := range paths {
-		data, err := l.blobs.Get(t.Context(), p)
+		data, err := l.Blobs.Get(t.Context(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +146,7 @@ func (l *layers) blobCoverage(t testing.TB, agent oplog.AgentID, mode oplog.Mode
 	return covered
 }
 
-func spanIndexes(from, to int) []oplog.Index {
+func SpanIndexes(from, to int) []oplog.Index {
 	var out []oplog.Index
 	for i := from; i <= to; i++ {
 		out = append(out, oplog.Index(i))
@@ -152,22 +154,22 @@ func spanIndexes(from, to int) []oplog.Index {
 	return out
 }
 
-func head(s []oplog.Index) []oplog.Index { return s[:min(len(s), 8)] }
+func Head(s []oplog.Index) []oplog.Index { return s[:min(len(s), 8)] }
 
-func agentNamed(name string) oplog.AgentID {
+func AgentNamed(name string) oplog.AgentID {
 	return oplog.AgentID{Component: "component-1", Name: name}
 }
 
-func seeded(t testing.TB) *rand.Rand {
+func Seeded(t testing.TB) *rand.Rand {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, 0))
 }
 
 // drain runs Stack.Drain and fails the test on an error.
-func (l *layers) drain(t testing.TB, agent oplog.AgentID, mode oplog.Mode) oplog.Drained {
+func (l *Layers) Drain(t testing.TB, agent oplog.AgentID, mode oplog.Mode) oplog.Drained {
 	t.Helper()
-	d, err := l.stack.Drain(t.Context(), agent, mode)
+	d, err := l.Stack.Drain(t.Context(), agent, mode)
 	if err != nil {
 		t.Fatalf("drain %s: %v", agent, err)
 	}
