@@ -395,3 +395,24 @@ func TestBinary_InspectAndScanShowWhereEntriesLive(t *testing.T) {
 		t.Fatalf("inspect of a bad key: %d %s", code, errOut)
 	}
 }
+
+func TestBinary_SweepOnceArchivesWhatStayedQuietAcrossItsTwoPasses(t *testing.T) {
+	d := newDeployment(t, "", "")
+	stack := d.stack(t)
+	agents := strandAgents(t, stack, 4, 30)
+	code, out, errOut := runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", d.config)
+	if code != 0 || !strings.Contains(out, "archived 4 agents") {
+		t.Fatalf("sweep --once: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := requireWhole(t, stack, agents, 30); got != 4 {
+		t.Fatalf("%d of 4 agents in the blob layer", got)
+	}
+	code, out, _ = runBinary(t, nil, "sweep", "--once", "--json", "--gap", "100ms", "--config", d.config)
+	var line map[string]any
+	if code != 0 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &line) != nil || line["routes"] == nil {
+		t.Fatalf("sweep --once --json: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := runBinary(t, nil, "sweep", "--config", d.config); code != 2 || !strings.Contains(errOut, "--once") {
+		t.Fatalf("sweep without --once: exit %d %s", code, errOut)
+	}
+}

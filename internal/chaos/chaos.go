@@ -53,6 +53,7 @@ type Options struct {
 // timings size a run.
 type timings struct {
 	baseline, fault, recovery time.Duration
+	bFault                    time.Duration // scenario B's fault: long enough for the default interval
 	think                     time.Duration
 	entries                   int
 	loseRate                  float64
@@ -60,19 +61,23 @@ type timings struct {
 	aEphemeral, aDurable      int // workers
 	bWorkers                  int
 	bBacklog                  int // stranded agents before scenario B starts
+	bLoseRate                 float64
+	bSlots                    int // max_concurrent_ops shared by the executor and the sweep
 	interval, tickDuration    time.Duration
 }
 
 func sizes(quick bool) timings {
 	if quick {
-		return timings{baseline: 3 * time.Second, fault: 6 * time.Second, recovery: 2 * time.Second,
+		return timings{baseline: 3 * time.Second, fault: 6 * time.Second, bFault: 6 * time.Second, recovery: 2 * time.Second,
 			think: 40 * time.Millisecond, entries: 5, loseRate: 0.2, timeout: 3 * time.Second,
-			aEphemeral: 16, aDurable: 2, bWorkers: 12, bBacklog: 300,
+			aEphemeral: 16, aDurable: 2, bWorkers: 4, bSlots: 4, bBacklog: 300, bLoseRate: 0.5,
 			interval: 2 * time.Second, tickDuration: time.Second}
 	}
-	return timings{baseline: 20 * time.Second, fault: 40 * time.Second, recovery: 10 * time.Second,
-		think: 20 * time.Millisecond, entries: 5, loseRate: 0.2, timeout: 3 * time.Second,
-		aEphemeral: 32, aDurable: 4, bWorkers: 16, bBacklog: 3000,
+	// The full run gives scenario B the sweep's defaults (60 s interval, 30 s deadline) and a fault
+	// long enough for them to matter.
+	return timings{baseline: 20 * time.Second, fault: 40 * time.Second, bFault: 150 * time.Second, recovery: 20 * time.Second,
+		think: 50 * time.Millisecond, entries: 5, loseRate: 0.2, timeout: 3 * time.Second,
+		aEphemeral: 32, aDurable: 4, bWorkers: 4, bSlots: 4, bBacklog: 3000, bLoseRate: 0.5,
 		interval: 6 * time.Second, tickDuration: 3 * time.Second}
 }
 
@@ -198,7 +203,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		res.B = append(res.B, r)
 		res.Failures = append(res.Failures, r.Checks.failures("B sweep "+mode)...)
 	}
-	res.Markdown = markdown(res, b.t, opts.Latency)
+	res.Markdown = markdown(res, b.t, opts.Latency, b.bInterval(), b.bTick())
 	fmt.Fprintln(b.out)
 	fmt.Fprint(b.out, res.Markdown)
 	if opts.PlotPath != "" {
@@ -266,7 +271,7 @@ func (b *bench) proxy() (*faultproxy.Proxy, error) {
 }
 
 // timeline runs the three phases, injecting the latency during the fault, and reports progress.
-func (b *bench) timeline(ctx context.Context, label string, rec *recorder, inject, heal func()) (start time.Time, base, fault, recov window) {
+func (b *bench) timeline(ctx context.Context, label string, rec *recorder, faultFor time.Duration, inject, heal func()) (start time.Time, base, fault, recov window) {
 	start = time.Now()
 	phase := func(name string, d time.Duration) window {
 		w := window{from: time.Now()}
@@ -284,7 +289,7 @@ func (b *bench) timeline(ctx context.Context, label string, rec *recorder, injec
 	}
 	base = phase("baseline", b.t.baseline)
 	inject()
-	fault = phase("fault", b.t.fault)
+	fault = phase("fault", faultFor)
 	heal()
 	recov = phase("recovery", b.t.recovery)
 	return start, base, fault, recov
@@ -396,7 +401,7 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 		rng := rand.New(rand.NewPCG(b.rng.Uint64(), uint64(i)))
 		workers.Go(func() { exec.work(workCtx, mode, rng) })
 	}
-	start, base, fault, recov := b.timeline(ctx, label, exec.rec,
+	start, base, fault, recov := b.timeline(ctx, label, exec.rec, b.t.fault,
 		func() { proxy.SetLatency(b.opts.Latency, faultproxy.Downstream) },
 		func() { proxy.SetLatency(0, faultproxy.Downstream) })
 	stopWork()
@@ -405,7 +410,10 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 
 	// Once the fault is over, every stranded oplog must be archived: by the sweep when it is on, by the
 	// ephemeral rows the registration wrote when it is off.
-	left := b.awaitArchived(ctx, stack, exec, 180*time.Second)
+	// The sweep's budgets bound how fast it catches up (max_archives_per_tick a tick): wait as long as
+	// the backlog needs at that rate, and then some.
+	ticks := int(exec.lost.Load())/sweeper.DefaultMaxArchivesPerTick + 3
+	left := b.awaitArchived(ctx, stack, exec, time.Duration(ticks)*b.t.interval+2*time.Minute)
 	stopBg()
 	bg.Wait()
 
@@ -485,7 +493,7 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		return RunB{}, err
 	}
 	defer proxy.Close()
-	const slots = 8
+	slots := b.t.bSlots
 	viaProxy, drop, err := b.schema(ctx, proxy.Addr(), map[string]string{"pool_max_conns": "12"})
 	if err != nil {
 		return RunB{}, err
@@ -523,29 +531,41 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 	// Rows go to a store that is not under test; with the sweep off they would be due a day later.
 	reg := &schedule.Registrar{Store: memory.NewScheduleStore(), SweepEnabled: func() bool { return mode != "off" },
 		ArchiveInterval: 24 * time.Hour, ShardCount: func() int { return 1 }}
-	exec := newExecutor(execStack, reg, b.t.think, b.t.entries, b.t.loseRate, fmt.Sprintf("b-%s-%x", mode, b.rng.Uint32()))
+	exec := newExecutor(execStack, reg, b.t.think, b.t.entries, b.t.bLoseRate, fmt.Sprintf("b-%s-%x", mode, b.rng.Uint32()))
 
 	// A backlog of stranded oplogs, so the sweep has work when the fault starts.
 	exec.strand(ctx, b.t.bBacklog)
 
 	bgCtx, stopBg := context.WithCancel(ctx)
 	var bg sync.WaitGroup
+	var sw *sweeper.Sweeper
 	switch mode {
 	case "deadline":
-		sw, err := b.sweeper(sweepStack, exec, b.t.interval, b.t.tickDuration, sweeper.DefaultMaxBackoffIntervals)
-		if err != nil {
-			stopBg()
-			return RunB{}, err
-		}
-		bg.Go(func() { sw.Run(bgCtx) })
+		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), b.bTick(), sweeper.DefaultMaxBackoffIntervals)
 	case "no-deadline":
 		// No deadline (a tick runs until its budgets are spent) and no backoff (a cap of 0 reads as 1).
-		sw, err := b.sweeper(sweepStack, exec, b.t.interval, 24*time.Hour, 0)
-		if err != nil {
-			stopBg()
-			return RunB{}, err
-		}
-		bg.Go(func() { sw.Run(bgCtx) })
+		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), 24*time.Hour, 0)
+	}
+	if err != nil {
+		stopBg()
+		return RunB{}, err
+	}
+	if sw != nil {
+		// The outage begins in the middle of a tick, as outages do: a first pass sights the backlog
+		// now, and the next tick starts just before the fault, so its archive phase, sized in
+		// operations, meets operations that have become slow. Without a deadline it runs on for as
+		// long as its budgets last; with one it stops at max_tick_duration and backs off.
+		sw.SweepOnce(ctx)
+		lead := min(2*time.Second, b.t.baseline/2)
+		startAt := time.Now().Add(b.t.baseline - lead)
+		bg.Go(func() {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-time.After(time.Until(startAt)):
+			}
+			sw.Run(bgCtx)
+		})
 	}
 	workCtx, stopWork := context.WithCancel(ctx)
 	var workers sync.WaitGroup
@@ -553,10 +573,13 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		rng := rand.New(rand.NewPCG(b.rng.Uint64(), uint64(i)))
 		workers.Go(func() { exec.work(workCtx, oplog.Ephemeral, rng) })
 	}
-	start, base, fault, recov := b.timeline(ctx, label, exec.rec,
+	start, base, fault, recov := b.timeline(ctx, label, exec.rec, b.t.bFault,
 		func() { proxy.SetLatency(b.opts.Latency, faultproxy.Downstream) },
 		func() { proxy.SetLatency(0, faultproxy.Downstream) })
 	duty := busy.duty(fault, time.Now())
+	if os.Getenv("STRATA_CHAOS_DEBUG") != "" {
+		fmt.Fprintf(b.out, "  limiter after the fault: %+v\n", shared.Stats())
+	}
 	stopWork()
 	workers.Wait()
 	exec.drains.Wait()
@@ -587,6 +610,22 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		label, run.Ephemeral.Baseline.P50.Round(time.Millisecond), run.Ephemeral.Fault.P50.Round(time.Millisecond),
 		duty*100, run.Ephemeral.Fault.OverLimit, b.t.timeout, run.Checks)
 	return run, nil
+}
+
+// bInterval and bTick are the sweep's interval and deadline in scenario B: the defaults in a full run,
+// scaled down to fit the quick run's short fault.
+func (b *bench) bInterval() time.Duration {
+	if b.opts.Quick {
+		return b.t.interval
+	}
+	return sweeper.DefaultInterval
+}
+
+func (b *bench) bTick() time.Duration {
+	if b.opts.Quick {
+		return b.t.tickDuration
+	}
+	return sweeper.DefaultMaxTickDuration
 }
 
 func paramOf(raw, key string) string {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/stratalog/strata/sweeper"
 )
 
 func ms(d time.Duration) string {
@@ -24,7 +26,7 @@ func ratio(a, b time.Duration) string {
 }
 
 // markdown renders the figures as the tables BENCHMARKS.md quotes.
-func markdown(res Result, t timings, latency time.Duration) string {
+func markdown(res Result, t timings, latency, bInterval, bTick time.Duration) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "### Scenario A: %s of one-way latency on the scheduler store\n\n", latency)
 	fmt.Fprintf(&sb, "%d ephemeral and %d durable closed-loop workers; baseline %s, fault %s, recovery %s. Latency is an invocation's commit path: think %s, write %d entries, registration hook.\n\n",
@@ -51,8 +53,8 @@ func markdown(res Result, t timings, latency time.Duration) string {
 	sb.WriteString("\n\n")
 
 	fmt.Fprintf(&sb, "### Scenario B: %s of one-way latency on the indexed store, shared through one limiter\n\n", latency)
-	fmt.Fprintf(&sb, "%d ephemeral workers and the sweep share `max_concurrent_ops` = 8 on PostgreSQL; a backlog of %d stranded oplogs before the run; sweep interval %s; with deadline: `max_tick_duration` %s and backoff; without: no deadline, no backoff. Timeout for the count: %s.\n\n",
-		t.bWorkers, t.bBacklog, t.interval, t.tickDuration, t.timeout)
+	fmt.Fprintf(&sb, "%d ephemeral workers (%.0f %% of teardown drains lost) and the sweep share `max_concurrent_ops` = %d on PostgreSQL; a backlog of %d stranded oplogs before the run; baseline %s, fault %s, recovery %s; sweep interval %s; with deadline: `max_tick_duration` %s and backoff up to %d intervals; without: no deadline, no backoff. Timeout for the count: %s.\n\n",
+		t.bWorkers, t.bLoseRate*100, t.bSlots, t.bBacklog, t.baseline, t.bFault, t.recovery, bInterval, bTick, sweeper.DefaultMaxBackoffIntervals, t.timeout)
 	var off time.Duration
 	for _, r := range res.B {
 		if r.Mode == "off" {
