@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 
@@ -11,7 +12,7 @@ import (
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "chaos" {
-		return &usageError{"usage: strata bench chaos [--quick] [--postgres URL] [--plot FILE] [--latency D] [--seed N]"}
+		return &usageError{"usage: strata bench chaos [--quick] [--postgres URL] [--plot FILE] [--latency D] [--seed N] [--scenarios A|B|AB]"}
 	}
 	fs := flag.NewFlagSet("bench chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -28,6 +29,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&opts.Scenarios, "scenarios", "AB", "which scenarios to run: A, B or AB")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if s := opts.Scenarios; s != "A" && s != "B" && s != "AB" {
+		return &usageError{fmt.Sprintf("chaos --scenarios %q: want A, B or AB", s)}
 	}
 	_, err := chaos.Run(ctx, opts)
 	return err

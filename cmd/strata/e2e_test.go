@@ -416,3 +416,10 @@ func TestBinary_SweepOnceArchivesWhatStayedQuietAcrossItsTwoPasses(t *testing.T)
 		t.Fatalf("sweep without --once: exit %d %s", code, errOut)
 	}
 }
+
+func TestBench_AnUnknownScenarioIsAUsageError(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run([]string{"bench", "chaos", "--scenarios", "C"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--scenarios "C": want A, B or AB`) {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
