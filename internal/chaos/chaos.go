@@ -507,21 +507,7 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		return RunB{}, err
 	}
 	defer pg.Close()
-	// The sweep's duty cycle counts the time it holds a slot, not the time it queues for one: its
-	// operations are marked on the way into the limiter and timed on the way out of it.
-	var busy busyTracker
-	held := is.Intercept(pg, func(ctx context.Context, _ is.Operation, do func(context.Context) error) error {
-		if ctx.Value(sweepCall{}) == nil {
-			return do(ctx)
-		}
-		busy.begin(time.Now())
-		defer func() { busy.end(time.Now()) }()
-		return do(ctx)
-	})
-	shared := is.Limit(held, slots) // max_concurrent_ops: one semaphore, the executor's and the sweep's
-	sweepView := is.Intercept(shared, func(ctx context.Context, _ is.Operation, do func(context.Context) error) error {
-		return do(context.WithValue(ctx, sweepCall{}, true))
-	})
+	shared, sweepView, busy := shareSlots(pg, slots)
 	blobDir, err := os.MkdirTemp("", "strata-chaos-")
 	if err != nil {
 		return RunB{}, err
@@ -621,6 +607,27 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		label, run.Ephemeral.Baseline.P50.Round(time.Millisecond), run.Ephemeral.Fault.P50.Round(time.Millisecond),
 		duty*100, run.Ephemeral.Fault.OverLimit, b.t.timeout, run.Checks)
 	return run, nil
+}
+
+// shareSlots puts st behind one limiter of n slots (max_concurrent_ops), the executor's and the
+// sweep's, and returns the sweep's view of it and a tracker of the time the sweep holds a slot. Time it
+// spends queued for one is not counted: its operations are marked on the way into the limiter and
+// timed on the way out of it.
+func shareSlots(st is.Storage, n int) (shared *is.Limiter, sweepView is.Storage, busy *busyTracker) {
+	busy = &busyTracker{}
+	held := is.Intercept(st, func(ctx context.Context, _ is.Operation, do func(context.Context) error) error {
+		if ctx.Value(sweepCall{}) == nil {
+			return do(ctx)
+		}
+		busy.begin(time.Now())
+		defer func() { busy.end(time.Now()) }()
+		return do(ctx)
+	})
+	shared = is.Limit(held, n)
+	sweepView = is.Intercept(shared, func(ctx context.Context, _ is.Operation, do func(context.Context) error) error {
+		return do(context.WithValue(ctx, sweepCall{}, true))
+	})
+	return shared, sweepView, busy
 }
 
 // sweepCall marks a context as carrying one of the sweep's storage operations.
