@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +18,7 @@ import (
 	"github.com/stratalog/strata/config"
 	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/test/strataproc"
 )
 
 var binary string
@@ -33,9 +30,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "strata")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	if binary, err = strataproc.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -137,98 +133,21 @@ func requireWhole(t *testing.T, stack *oplog.Stack, agents []oplog.AgentID, entr
 	return archived
 }
 
-// process is a running `strata run`.
-type process struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *bytes.Buffer
-	done   chan error
+// start runs the binary over the deployment with env added to the test's environment.
+func start(t *testing.T, d deployment, env ...string) *strataproc.Process {
+	t.Helper()
+	return strataproc.Start(t, binary, d.config, env...)
 }
 
-func start(t *testing.T, d deployment, env ...string) *process {
+// feed gives the process the single shard, with a lease, and an empty resident set.
+func feed(t *testing.T, p *strataproc.Process, token string) {
 	t.Helper()
-	cmd := exec.Command(binary, "run", "--config", d.config)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &process{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	addrs := make(chan string, 1)
-	var logMu sync.Mutex
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		listen := regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`)
-		for sc.Scan() {
-			logMu.Lock()
-			p.stderr.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if m := listen.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- m[1]
-			}
-		}
-		p.done <- cmd.Wait()
-	}()
-	select {
-	case p.addr = <-addrs:
-	case err := <-p.done:
-		t.Fatalf("strata run exited before serving: %v\n%s", err, p.stderr)
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("strata run did not start serving\n%s", p.stderr)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-func (p *process) call(t *testing.T, method, path, token, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+p.addr+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
-}
-
-func (p *process) feed(t *testing.T, token string) {
-	t.Helper()
-	if code, body := p.call(t, "PUT", "/v1/assignment", token, `{"shard_count":1,"shards":[0],"lease_seconds":600}`); code != 200 {
+	if code, body := p.Call(t, "PUT", "/v1/assignment", token, `{"shard_count":1,"shards":[0],"lease_seconds":600}`); code != 200 {
 		t.Fatalf("assignment: %d %s", code, body)
 	}
-	if code, body := p.call(t, "PUT", "/v1/residency", token, `{"agents":[]}`); code != 200 {
+	if code, body := p.Call(t, "PUT", "/v1/residency", token, `{"agents":[]}`); code != 200 {
 		t.Fatalf("residency: %d %s", code, body)
 	}
-}
-
-// stop sends SIGTERM and returns the exit status.
-func (p *process) stop(t *testing.T) int {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("strata did not exit after SIGTERM\n%s", p.stderr)
-	}
-	return p.cmd.ProcessState.ExitCode()
 }
 
 func TestBinary_StrandedOplogsAreArchivedAfterTwoSweeps(t *testing.T) {
@@ -236,10 +155,10 @@ func TestBinary_StrandedOplogsAreArchivedAfterTwoSweeps(t *testing.T) {
 	stack := d.stack(t)
 	agents := strandAgents(t, stack, 6, 20)
 	p := start(t, d)
-	p.feed(t, "")
+	feed(t, p, "")
 	var report map[string]any
 	for range 2 {
-		code, body := p.call(t, "POST", "/v1/sweep", "", "")
+		code, body := p.Call(t, "POST", "/v1/sweep", "", "")
 		if code != 200 || json.Unmarshal([]byte(body), &report) != nil {
 			t.Fatalf("sweep: %d %s", code, body)
 		}
@@ -250,13 +169,13 @@ func TestBinary_StrandedOplogsAreArchivedAfterTwoSweeps(t *testing.T) {
 	if got := requireWhole(t, stack, agents, 20); got != 6 {
 		t.Fatalf("%d of 6 agents in the blob layer", got)
 	}
-	_, metrics := p.call(t, "GET", "/metrics", "", "")
+	_, metrics := p.Call(t, "GET", "/metrics", "", "")
 	m := regexp.MustCompile(`(?m)^oplog_sweep_outcome_total\{[^}]*outcome="archived"[^}]*\} (\d+)`).FindStringSubmatch(metrics)
 	if m == nil || m[1] != "6" {
 		t.Fatalf("oplog_sweep_outcome_total{outcome=\"archived\"} = %v, want 6", m)
 	}
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM\n%s", code, p.stderr)
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM\n%s", code, p.Log())
 	}
 }
 
@@ -266,13 +185,13 @@ func TestBinary_SIGTERMDuringATickExitsZeroAndLeavesNoAgentHalfMoved(t *testing.
 	const entries = 9000 // three chunks, two hops' worth of work per agent
 	agents := strandAgents(t, stack, 40, entries)
 	p := start(t, d)
-	p.feed(t, "")
-	if code, body := p.call(t, "POST", "/v1/sweep", "", ""); code != 200 {
+	feed(t, p, "")
+	if code, body := p.Call(t, "POST", "/v1/sweep", "", ""); code != 200 {
 		t.Fatalf("first sweep: %d %s", code, body)
 	}
 	sweeping := make(chan string, 1)
 	go func() {
-		_, body := p.call(t, "POST", "/v1/sweep", "", "")
+		_, body := p.Call(t, "POST", "/v1/sweep", "", "")
 		sweeping <- body
 	}()
 	// Signal once the tick is archiving: the first agent has left compressed level 1.
@@ -285,8 +204,8 @@ func TestBinary_SIGTERMDuringATickExitsZeroAndLeavesNoAgentHalfMoved(t *testing.
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM during a tick\n%s", code, p.stderr)
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM during a tick\n%s", code, p.Log())
 	}
 	body := <-sweeping
 	archived := requireWhole(t, stack, agents, entries)
@@ -299,20 +218,20 @@ func TestBinary_SIGTERMDuringATickExitsZeroAndLeavesNoAgentHalfMoved(t *testing.
 func TestBinary_TokenBodiesAndBadJSON(t *testing.T) {
 	d := newDeployment(t, "", "token = \"s3cret\"\nmax_body_bytes = 512")
 	p := start(t, d)
-	if code, _ := p.call(t, "PUT", "/v1/assignment", "", `{"shard_count":1,"shards":[0]}`); code != http.StatusUnauthorized {
+	if code, _ := p.Call(t, "PUT", "/v1/assignment", "", `{"shard_count":1,"shards":[0]}`); code != http.StatusUnauthorized {
 		t.Fatalf("without the token: %d", code)
 	}
-	if code, body := p.call(t, "PUT", "/v1/residency", "s3cret", `{"agents":["`+strings.Repeat("x", 2000)+`"]}`); code != http.StatusRequestEntityTooLarge {
+	if code, body := p.Call(t, "PUT", "/v1/residency", "s3cret", `{"agents":["`+strings.Repeat("x", 2000)+`"]}`); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("oversized: %d %s", code, body)
 	}
-	if code, body := p.call(t, "PUT", "/v1/assignment", "s3cret", `{"shard_count":`); code != http.StatusBadRequest || !strings.Contains(body, "bad JSON") {
+	if code, body := p.Call(t, "PUT", "/v1/assignment", "s3cret", `{"shard_count":`); code != http.StatusBadRequest || !strings.Contains(body, "bad JSON") {
 		t.Fatalf("malformed: %d %s", code, body)
 	}
-	_, status := p.call(t, "GET", "/v1/status", "", "")
+	_, status := p.Call(t, "GET", "/v1/status", "", "")
 	if !strings.Contains(status, `"assignment": null`) {
 		t.Fatalf("refused writes changed the feed: %s", status)
 	}
-	if code := p.stop(t); code != 0 {
+	if code := p.Stop(t); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -162,4 +163,19 @@ func UniqueName(prefix string) string {
 // Context returns a context for cleanup work, which runs after the test's own context is cancelled.
 func Context() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+// PositiveInt returns the environment variable name read as a positive integer, or def when it is
+// unset; any other value fails the test, naming the variable.
+func PositiveInt(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	raw := os.Getenv(name)
+	if raw == "" {
+		return def
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive integer", name, raw)
+	}
+	return n
 }

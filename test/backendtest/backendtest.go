@@ -113,14 +113,7 @@ func Postgres() Backend {
 
 func Redis() Backend {
 	open := func(tb testing.TB, prefix string) is.Storage {
-		u, err := url.Parse(testenv.RedisURL(tb))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		q := u.Query()
-		q.Set(redis.PrefixParam, prefix)
-		u.RawQuery = q.Encode()
-		st, err := redis.Open(tb.Context(), u.String())
+		st, err := redis.Open(tb.Context(), withParam(tb, testenv.RedisURL(tb), redis.PrefixParam, prefix))
 		if err != nil {
 			tb.Fatalf("redis: %v", err)
 		}
@@ -131,4 +124,34 @@ func Redis() Backend {
 		Open:   func(tb testing.TB) is.Storage { return open(tb, testenv.RedisPrefix(tb, testenv.RedisURL(tb))) },
 		Reopen: func(tb testing.TB, st is.Storage) is.Storage { return open(tb, st.(*redis.Store).KeyPrefix()) },
 	}
+}
+
+// URL returns the URL backends.Open takes to reach st, storage this package opened, from another
+// process (the strata binary, a second sidecar): the same SQLite file, PostgreSQL schema or Redis key
+// prefix. Memory and multi-file SQLite are not shared this way here.
+func URL(tb testing.TB, st is.Storage) string {
+	tb.Helper()
+	switch st := st.(type) {
+	case *sqlite.Store:
+		return "sqlite://" + st.Path()
+	case *postgres.Store:
+		return withParam(tb, testenv.PostgresURL(tb), "schema", st.Schema())
+	case *redis.Store:
+		return withParam(tb, testenv.RedisURL(tb), redis.PrefixParam, st.KeyPrefix())
+	}
+	tb.Fatalf("backendtest.URL: no URL for %T", st)
+	return ""
+}
+
+// withParam returns raw with its query parameter key set to value.
+func withParam(tb testing.TB, raw, key, value string) string {
+	tb.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }

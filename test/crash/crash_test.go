@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,12 +18,11 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
-	"github.com/stratalog/strata/backends/postgres"
-	"github.com/stratalog/strata/backends/sqlite"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/oplogtest"
+	"github.com/stratalog/strata/test/strataproc"
 )
 
 // The crash test strands crashAgents ephemeral oplogs of crashEntries entries each, written as an
@@ -44,16 +42,7 @@ const (
 
 // crashIterations is STRATA_CRASH_ITERATIONS, 50 by default.
 func crashIterations(t *testing.T) int {
-	t.Helper()
-	raw := os.Getenv("STRATA_CRASH_ITERATIONS")
-	if raw == "" {
-		return 50
-	}
-	n, err := strconv.Atoi(raw)
-	if err != nil || n < 1 {
-		t.Fatalf("STRATA_CRASH_ITERATIONS=%q: want a positive integer", raw)
-	}
-	return n
+	return testenv.PositiveInt(t, "STRATA_CRASH_ITERATIONS", 50)
 }
 
 // crashSeed is STRATA_CRASH_SEED when set (to replay a failure), a random seed otherwise; logged.
@@ -95,20 +84,13 @@ func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
 	iterations := crashIterations(t)
 	t.Run("sqlite", func(t *testing.T) {
 		st := backendtest.SQLite().Open(t)
-		path := st.(*sqlite.Store).Path()
-		u := "sqlite://" + path
+		u := backendtest.URL(t, st)
 		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u, u, iterations)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		st := backendtest.Postgres().Open(t)
-		u, err := url.Parse(testenv.PostgresURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("schema", st.(*postgres.Store).Schema())
-		u.RawQuery = q.Encode()
-		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u.String(), u.String(), iterations)
+		u := backendtest.URL(t, st)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u, u, iterations)
 	})
 }
 
@@ -158,11 +140,11 @@ func runCrash(t *testing.T, bin string, l *oplogtest.Layers, storageURL, schedul
 	began := time.Now()
 	withWork, moved, cutDrain := 0, 0, 0
 	for i := 1; i <= iterations; i++ {
-		p := startStrata(t, bin, cfg)
-		p.feed(t)
+		p := strataproc.Start(t, bin, cfg)
+		feed(t, p)
 		wait := time.Duration(rng.Int64N(int64(crashMaxWait) + 1))
 		time.Sleep(wait)
-		p.kill(t)
+		p.Kill(t)
 
 		after := crashCheck(t, l, agents)
 		remaining, cut := after.inLevel1(), after.cutSince(before)
@@ -187,8 +169,8 @@ func runCrash(t *testing.T, bin string, l *oplogtest.Layers, storageURL, schedul
 	}
 
 	// Restart once more and let the sweep converge.
-	p := startStrata(t, bin, cfg)
-	p.feed(t)
+	p := strataproc.Start(t, bin, cfg)
+	feed(t, p)
 	converging := time.Now()
 	for deadline := converging.Add(3 * time.Minute); ; {
 		n := crashLevel1(t, l, agents)
@@ -196,13 +178,13 @@ func runCrash(t *testing.T, bin string, l *oplogtest.Layers, storageURL, schedul
 			break
 		}
 		if time.Now().After(deadline) {
-			p.kill(t)
-			t.Fatalf("%d agents still in compressed level 1 after 3 minutes of sweeping\n%s", n, p.log())
+			p.Kill(t)
+			t.Fatalf("%d agents still in compressed level 1 after 3 minutes of sweeping\n%s", n, p.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM\n%s", code, p.log())
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM\n%s", code, p.Log())
 	}
 	t.Logf("the last start drained the rest in %s", time.Since(converging).Round(time.Millisecond))
 	for _, a := range agents {

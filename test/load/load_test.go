@@ -8,8 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,8 +19,6 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
-	"github.com/stratalog/strata/backends/postgres"
-	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/config"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/sidecar"
@@ -44,16 +40,7 @@ var loadSidecarShards = [][]int{{0, 1}, {2, 3}}
 // loadAgents is STRATA_LOAD_AGENTS, 5,000 by default so that CI stays fast; the figure the load test
 // exists for is 100,000.
 func loadAgents(t *testing.T) int {
-	t.Helper()
-	raw := os.Getenv("STRATA_LOAD_AGENTS")
-	if raw == "" {
-		return 5000
-	}
-	n, err := strconv.Atoi(raw)
-	if err != nil || n < 1 {
-		t.Fatalf("STRATA_LOAD_AGENTS=%q: want a positive integer", raw)
-	}
-	return n
+	return testenv.PositiveInt(t, "STRATA_LOAD_AGENTS", 5000)
 }
 
 func loadPayload(a oplog.AgentID, i oplog.Index) []byte {
@@ -64,25 +51,11 @@ func TestLoad_TwoSidecarsDrainStrandedAgentsOnce(t *testing.T) {
 	n := loadAgents(t)
 	t.Run("postgres", func(t *testing.T) {
 		st := backendtest.Postgres().Open(t)
-		u, err := url.Parse(testenv.PostgresURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("schema", st.(*postgres.Store).Schema())
-		u.RawQuery = q.Encode()
-		runLoad(t, "postgres", st, u.String(), n)
+		runLoad(t, "postgres", st, backendtest.URL(t, st), n)
 	})
 	t.Run("redis", func(t *testing.T) {
 		st := backendtest.Redis().Open(t)
-		u, err := url.Parse(testenv.RedisURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set(redis.PrefixParam, st.(*redis.Store).KeyPrefix())
-		u.RawQuery = q.Encode()
-		runLoad(t, "redis", st, u.String(), n)
+		runLoad(t, "redis", st, backendtest.URL(t, st), n)
 	})
 }
 
