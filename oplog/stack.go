@@ -29,6 +29,9 @@ func NewStack(primary Layer, archives ...Layer) (*Stack, error) {
 // Primary is the top layer.
 func (s *Stack) Primary() Layer { return s.primary }
 
+// Layers are every layer, top to bottom: the primary, then the archives.
+func (s *Stack) Layers() []Layer { return slices.Clone(s.layers) }
+
 // Archives are the archive layers, top to bottom.
 func (s *Stack) Archives() []Layer { return slices.Clone(s.archives) }
 

@@ -179,7 +179,7 @@ func parseShards(s string) ([]int, error) {
 // layerNamed finds a layer of the stack by name.
 func layerNamed(stack *oplog.Stack, name string) (oplog.Layer, []string) {
 	var names []string
-	for _, l := range append([]oplog.Layer{stack.Primary()}, stack.Archives()...) {
+	for _, l := range stack.Layers() {
 		names = append(names, l.Name())
 		if l.Name() == name {
 			return l, nil
@@ -262,7 +262,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	stack := sc.Stack()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "LAYER\tFIRST\tLAST\tENTRIES\n")
-	for _, l := range append([]oplog.Layer{stack.Primary()}, stack.Archives()...) {
+	for _, l := range stack.Layers() {
 		first, ok, err := l.FirstIndex(ctx, agent, m)
 		if err != nil {
 			return err
