@@ -64,44 +64,13 @@ func TestScheduleClaim_TwoPoolsNeverTakeTheSameRow(t *testing.T) {
 		}
 	}
 
-	var mu sync.Mutex
-	owners := map[int64]string{}
-	var dups []string
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, len(stores)*perStore)
+	var claimers []scheduletest.Claimer
 	for si, st := range stores {
 		for g := range perStore {
-			owner := fmt.Sprintf("store%d-claimer%d", si, g)
-			wg.Go(func() {
-				<-start
-				for {
-					got, err := st.Claim(t.Context(), owner, []int{0, 1, 2, 3}, scheduleT0, time.Minute, limit)
-					if err != nil {
-						errs <- fmt.Errorf("%s: %w", owner, err)
-						return
-					}
-					if len(got) == 0 {
-						return
-					}
-					mu.Lock()
-					for _, r := range got {
-						if prev, dup := owners[r.ID]; dup {
-							dups = append(dups, fmt.Sprintf("row %d claimed by %s and %s", r.ID, prev, owner))
-						}
-						owners[r.ID] = owner
-					}
-					mu.Unlock()
-				}
-			})
+			claimers = append(claimers, scheduletest.Claimer{Owner: fmt.Sprintf("store%d-claimer%d", si, g), Store: st})
 		}
 	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	owners, dups := scheduletest.ClaimConcurrently(t, claimers, []int{0, 1, 2, 3}, scheduleT0, time.Minute, limit)
 	if len(dups) > 0 {
 		t.Fatalf("%d rows claimed twice: %s", len(dups), strings.Join(dups[:min(len(dups), 5)], "; "))
 	}

@@ -187,43 +187,15 @@ func Run(t *testing.T, newStore func(tb testing.TB) schedule.Store) {
 
 	t.Run("ConcurrentClaimersNeverShareARow", func(t *testing.T) {
 		s := newStore(t)
-		const rows, claimers = 120, 6
+		const rows, nClaimers = 120, 6
 		for i := range rows {
 			register(t, s, t0.Add(-time.Duration(i)*time.Millisecond), i%2, fmt.Sprint(i))
 		}
-		var mu sync.Mutex
-		seen := map[int64]string{}
-		var doubled []string
-		var wg sync.WaitGroup
-		errs := make(chan error, claimers)
+		claimers := make([]Claimer, nClaimers)
 		for c := range claimers {
-			owner := fmt.Sprint("claimer-", c)
-			wg.Go(func() {
-				for {
-					got, err := s.Claim(t.Context(), owner, []int{0, 1}, t0, lease, 3)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if len(got) == 0 {
-						return
-					}
-					mu.Lock()
-					for _, r := range got {
-						if prev, dup := seen[r.ID]; dup {
-							doubled = append(doubled, fmt.Sprintf("row %d by %s and %s", r.ID, prev, owner))
-						}
-						seen[r.ID] = owner
-					}
-					mu.Unlock()
-				}
-			})
+			claimers[c] = Claimer{Owner: fmt.Sprint("claimer-", c), Store: s}
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		seen, doubled := ClaimConcurrently(t, claimers, []int{0, 1}, t0, lease, 3)
 		if len(doubled) > 0 {
 			t.Fatalf("%d rows claimed twice, first %s", len(doubled), doubled[0])
 		}
@@ -231,6 +203,57 @@ func Run(t *testing.T, newStore func(tb testing.TB) schedule.Store) {
 			t.Fatalf("%d rows claimed, want %d", len(seen), rows)
 		}
 	})
+}
+
+// Claimer is one of ClaimConcurrently's claimers: the owner it claims as and the store it claims from.
+type Claimer struct {
+	Owner string
+	Store schedule.Store
+}
+
+// ClaimConcurrently starts every claimer at once, each claiming up to limit rows of shards due at at
+// until a claim comes back empty, and returns the owner each row was handed to and a line for every
+// row handed out a second time. A failed claim fails the test.
+func ClaimConcurrently(t *testing.T, claimers []Claimer, shards []int, at time.Time, lease time.Duration, limit int) (owners map[int64]string, doubled []string) {
+	t.Helper()
+	var mu sync.Mutex
+	owners = map[int64]string{}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, len(claimers))
+	for _, c := range claimers {
+		wg.Go(func() {
+			<-start
+			for {
+				got, err := c.Store.Claim(t.Context(), c.Owner, shards, at, lease, limit)
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", c.Owner, err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, r := range got {
+					if prev, dup := owners[r.ID]; dup {
+						doubled = append(doubled, fmt.Sprintf("row %d claimed by %s and %s", r.ID, prev, c.Owner))
+					}
+					owners[r.ID] = c.Owner
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return owners, doubled
 }
 
 func requireLost(t *testing.T, err error, what string) {
