@@ -2,7 +2,6 @@ package backends_test
 
 import (
 	"errors"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,23 +28,14 @@ func TestOpen_EachSchemeGivesAWorkingStore(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		raw := testenv.PostgresURL(t)
-		u, _ := url.Parse(raw)
-		q := u.Query()
-		q.Set("schema", testenv.PostgresSchema(t, raw))
-		q.Set("max_concurrent_ops", "3")
-		u.RawQuery = q.Encode()
-		st := requireWorks(t, u.String())
+		st := requireWorks(t, testenv.WithQuery(t, testenv.WithQuery(t, raw, "schema", testenv.PostgresSchema(t, raw)), "max_concurrent_ops", "3"))
 		if lim, ok := st.(*is.Limiter); !ok || lim.Stats().Limit != 3 {
 			t.Fatalf("max_concurrent_ops=3 did not put a limit of 3 in front of the store: %T", st)
 		}
 	})
 	t.Run("redis", func(t *testing.T) {
 		raw := testenv.RedisURL(t)
-		u, _ := url.Parse(raw)
-		q := u.Query()
-		q.Set("prefix", testenv.RedisPrefix(t, raw))
-		u.RawQuery = q.Encode()
-		requireWorks(t, u.String())
+		requireWorks(t, testenv.WithQuery(t, raw, "prefix", testenv.RedisPrefix(t, raw)))
 	})
 }
 
@@ -142,11 +132,7 @@ func TestOpenSchedule(t *testing.T) {
 	requireSchedule(t, "sqlite://"+filepath.Join(t.TempDir(), "s.db"))
 	t.Run("postgres", func(t *testing.T) {
 		raw := testenv.PostgresURL(t)
-		u, _ := url.Parse(raw)
-		q := u.Query()
-		q.Set("schema", testenv.PostgresSchema(t, raw))
-		u.RawQuery = q.Encode()
-		requireSchedule(t, u.String())
+		requireSchedule(t, testenv.WithQuery(t, raw, "schema", testenv.PostgresSchema(t, raw)))
 	})
 	if _, err := backends.OpenSchedule(t.Context(), "redis://x"); err == nil || !strings.Contains(err.Error(), `unknown scheme "redis"`) {
 		t.Fatalf("redis schedule: %v", err)

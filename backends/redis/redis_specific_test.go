@@ -216,7 +216,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 func TestOpenTakesPrefixAndPassesOtherOptionsToGoRedis(t *testing.T) {
 	raw := testenv.RedisURL(t)
 	prefix := testenv.RedisPrefix(t, raw) + "a b/ü:"
-	st, err := redis.Open(t.Context(), withQuery(t, withQuery(t, raw, redis.PrefixParam, prefix), "pool_size", "3"))
+	st, err := redis.Open(t.Context(), testenv.WithQuery(t, testenv.WithQuery(t, raw, redis.PrefixParam, prefix), "pool_size", "3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestCloseClosesOnlyAnOwnedClient(t *testing.T) {
 	prefix := testenv.RedisPrefix(t, raw)
 	ctx := t.Context()
 
-	opened, err := redis.Open(ctx, withQuery(t, raw, redis.PrefixParam, prefix))
+	opened, err := redis.Open(ctx, testenv.WithQuery(t, raw, redis.PrefixParam, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

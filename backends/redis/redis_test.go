@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 
 	"github.com/stratalog/strata/backends/redis"
@@ -28,25 +27,12 @@ func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), 0) }
 func newStore(tb testing.TB) *redis.Store {
 	tb.Helper()
 	raw := testenv.RedisURL(tb)
-	st, err := redis.Open(tb.Context(), withQuery(tb, raw, redis.PrefixParam, testenv.RedisPrefix(tb, raw)))
+	st, err := redis.Open(tb.Context(), testenv.WithQuery(tb, raw, redis.PrefixParam, testenv.RedisPrefix(tb, raw)))
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}
 	tb.Cleanup(func() { st.Close() })
 	return st
-}
-
-// withQuery returns raw with one query parameter set.
-func withQuery(tb testing.TB, raw, name, value string) string {
-	tb.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set(name, value)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // rawWalk is the loop a Redis user writes without strata: SCAN with the same MATCH pattern and COUNT

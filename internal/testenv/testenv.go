@@ -179,3 +179,16 @@ func PositiveInt(tb testing.TB, name string, def int) int {
 	}
 	return n
 }
+
+// WithQuery returns the URL raw with its query parameter name set to value.
+func WithQuery(tb testing.TB, raw, name, value string) string {
+	tb.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

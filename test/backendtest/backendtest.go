@@ -4,7 +4,6 @@
 package backendtest
 
 import (
-	"net/url"
 	"path/filepath"
 	"testing"
 
@@ -113,7 +112,7 @@ func Postgres() Backend {
 
 func Redis() Backend {
 	open := func(tb testing.TB, prefix string) is.Storage {
-		st, err := redis.Open(tb.Context(), withParam(tb, testenv.RedisURL(tb), redis.PrefixParam, prefix))
+		st, err := redis.Open(tb.Context(), testenv.WithQuery(tb, testenv.RedisURL(tb), redis.PrefixParam, prefix))
 		if err != nil {
 			tb.Fatalf("redis: %v", err)
 		}
@@ -135,23 +134,10 @@ func URL(tb testing.TB, st is.Storage) string {
 	case *sqlite.Store:
 		return "sqlite://" + st.Path()
 	case *postgres.Store:
-		return withParam(tb, testenv.PostgresURL(tb), "schema", st.Schema())
+		return testenv.WithQuery(tb, testenv.PostgresURL(tb), "schema", st.Schema())
 	case *redis.Store:
-		return withParam(tb, testenv.RedisURL(tb), redis.PrefixParam, st.KeyPrefix())
+		return testenv.WithQuery(tb, testenv.RedisURL(tb), redis.PrefixParam, st.KeyPrefix())
 	}
 	tb.Fatalf("backendtest.URL: no URL for %T", st)
 	return ""
-}
-
-// withParam returns raw with its query parameter key set to value.
-func withParam(tb testing.TB, raw, key, value string) string {
-	tb.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

@@ -173,7 +173,7 @@ func runCrash(t *testing.T, bin string, l *oplogtest.Layers, storageURL, schedul
 	feed(t, p)
 	converging := time.Now()
 	for deadline := converging.Add(3 * time.Minute); ; {
-		n := crashLevel1(t, l, agents)
+		n := l.StrandedCount(t, agents)
 		if n == 0 {
 			break
 		}
@@ -308,22 +308,6 @@ func crashCheckAgent(ctx context.Context, l *oplogtest.Layers, a oplog.AgentID) 
 		return state, fmt.Errorf("%s: gone from compressed level 1 with %d of %d entries in the blob layer", a, state.blob, crashEntries)
 	}
 	return state, nil
-}
-
-// crashLevel1 counts the agents compressed level 1 still holds.
-func crashLevel1(t *testing.T, l *oplogtest.Layers, agents []oplog.AgentID) int {
-	t.Helper()
-	n := 0
-	for _, a := range agents {
-		ok, err := l.St.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
 }
 
 // writeCrashConfig writes the binary's config: the sweep ticks by itself every 100 ms (the smallest

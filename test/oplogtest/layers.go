@@ -175,3 +175,19 @@ func (l *Layers) Drain(t testing.TB, agent oplog.AgentID, mode oplog.Mode) oplog
 	}
 	return d
 }
+
+// StrandedCount returns how many of the agents compressed level 1 still holds.
+func (l *Layers) StrandedCount(t testing.TB, agents []oplog.AgentID) int {
+	t.Helper()
+	n := 0
+	for _, a := range agents {
+		ok, err := l.St.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}

@@ -73,22 +73,6 @@ func (r *SweepRig) StrandAgents(t testing.TB, prefix string, n, entries int) []o
 	return agents
 }
 
-// strandedCount returns how many of the agents compressed level 1 still holds.
-func (r *SweepRig) StrandedCount(t testing.TB, agents []oplog.AgentID) int {
-	t.Helper()
-	n := 0
-	for _, a := range agents {
-		ok, err := r.St.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
-}
-
 // SweepConfig is the default sweep configuration with a one-second interval.
 func SweepConfig() sweeper.Config {
 	c := sweeper.DefaultConfig()
