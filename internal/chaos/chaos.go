@@ -265,6 +265,20 @@ func (b *bench) schema(ctx context.Context, via string, params map[string]string
 	return u.String(), drop, nil
 }
 
+// tempBlobs opens a blob store in a fresh temporary directory and returns a function that removes it.
+func tempBlobs() (*fsblob.Store, func(), error) {
+	dir, err := os.MkdirTemp("", "strata-chaos-")
+	if err != nil {
+		return nil, nil, err
+	}
+	blobs, err := fsblob.Open(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return blobs, func() { os.RemoveAll(dir) }, nil
+}
+
 func (b *bench) proxy() (*faultproxy.Proxy, error) {
 	host := b.pg.Host
 	if b.pg.Port() == "" {
@@ -359,15 +373,11 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 		return RunA{}, err
 	}
 	defer sched.Close()
-	blobDir, err := os.MkdirTemp("", "strata-chaos-")
+	blobs, removeBlobs, err := tempBlobs()
 	if err != nil {
 		return RunA{}, err
 	}
-	defer os.RemoveAll(blobDir)
-	blobs, err := fsblob.Open(blobDir)
-	if err != nil {
-		return RunA{}, err
-	}
+	defer removeBlobs()
 	stack, err := sidecar.BuildStack(st, blobs, 1)
 	if err != nil {
 		return RunA{}, err
@@ -508,15 +518,11 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 	}
 	defer pg.Close()
 	shared, sweepView, busy := shareSlots(pg, slots)
-	blobDir, err := os.MkdirTemp("", "strata-chaos-")
+	blobs, removeBlobs, err := tempBlobs()
 	if err != nil {
 		return RunB{}, err
 	}
-	defer os.RemoveAll(blobDir)
-	blobs, err := fsblob.Open(blobDir)
-	if err != nil {
-		return RunB{}, err
-	}
+	defer removeBlobs()
 	execStack, err := sidecar.BuildStack(shared, blobs, 1)
 	if err != nil {
 		return RunB{}, err
