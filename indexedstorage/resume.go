@@ -100,6 +100,21 @@ type Page struct {
 	Keys []string
 	Next Resume
 	Done bool
+	// Unreadable lists what this page passed over because the backend could not read it: one index
+	// whose own storage is broken (a multi-file SQLite file that is not a database) fails that index,
+	// never the page or the walk. The walk moves past it; a caller counts it and meets it again on
+	// its next walk. Empty on a backend whose walk reads no per-index storage.
+	Unreadable []Unreadable
+}
+
+// Unreadable is one index a walk could not read.
+type Unreadable struct {
+	// Key is the index's key when the backend could tell it, else "" (a file whose name is a hash of
+	// its key and whose content cannot be read).
+	Key string
+	// Where names what could not be read, for an operator: the file, or the key.
+	Where string
+	Err   error
 }
 
 // Kind names the kind of token: "start", "marker", "file" or "cursor".

@@ -90,8 +90,9 @@ type Storage interface {
 	// resuming by seeking rather than by position, so the caller may delete keys as it goes.
 	//
 	// The zero Resume starts a walk; each page's Next continues it until a page reports Done. A key
-	// present for the whole walk must be handed back at least once; a key created or deleted during
-	// the walk may or may not be. A page holds at most count keys unless the backend documents
+	// present for the whole walk must be handed back at least once, in Keys or, when the backend
+	// cannot read that index's own storage, in Unreadable; a key created or deleted during the walk
+	// may or may not be. One unreadable index must not fail the page: the walk moves past it. A page holds at most count keys unless the backend documents
 	// otherwise, and may be empty without being Done. A Resume minted by another kind of backend, or
 	// malformed, must return ErrInvalidArgument, never restart the walk silently.
 	//

@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,6 +43,13 @@ type Config struct {
 	// MaxBackoffIntervals caps the wait after ticks that hit their deadline, in intervals (default 8;
 	// 0 reads as 1).
 	MaxBackoffIntervals int
+	// MaxAgentDuration bounds one agent's archive: its steps run under this timeout, so a black-holed
+	// store cannot hold a tick past MaxTickDuration + MaxAgentDuration. A cut step is safe: the archive
+	// step converges from wherever it stopped. 0 (the default) means MaxTickDuration; at least 1 s.
+	MaxAgentDuration time.Duration
+	// ShutdownGrace is how long shutdown waits for the agents under way before cancelling them
+	// (default 30 s; 0 cancels them at once). Nothing is lost either way.
+	ShutdownGrace time.Duration
 }
 
 // Defaults, untuned.
@@ -54,6 +62,8 @@ const (
 	DefaultMaxTrackedAgents    = 100_000
 	DefaultMaxTickDuration     = 30 * time.Second
 	DefaultMaxBackoffIntervals = 8
+	DefaultMaxAgentDuration    = 0 // MaxTickDuration
+	DefaultShutdownGrace       = 30 * time.Second
 
 	// MinInterval and MinTickDuration are the clamps: a zero tick duration would be a sweep that runs
 	// and archives nothing, a zero interval a loop that spins.
@@ -73,31 +83,65 @@ func DefaultConfig() Config {
 		MaxTrackedAgents:    DefaultMaxTrackedAgents,
 		MaxTickDuration:     DefaultMaxTickDuration,
 		MaxBackoffIntervals: DefaultMaxBackoffIntervals,
+		MaxAgentDuration:    DefaultMaxAgentDuration,
+		ShutdownGrace:       DefaultShutdownGrace,
 	}
 }
 
-// Validate rejects values no clamp can make sense of: negative counts and durations.
-func (c Config) Validate() error {
-	for name, v := range map[string]int{
-		"page_size": c.PageSize, "max_concurrency": c.MaxConcurrency, "max_archives_per_tick": c.MaxArchivesPerTick,
-		"max_scanned_per_tick": c.MaxScannedPerTick, "max_tracked_agents": c.MaxTrackedAgents,
-	} {
-		if v < 1 {
-			return fmt.Errorf("sweep %s must be at least 1, got %d", name, v)
-		}
-	}
-	if c.MaxBackoffIntervals < 0 {
-		return fmt.Errorf("sweep max_backoff_intervals must be at least 0, got %d", c.MaxBackoffIntervals)
-	}
-	if c.Interval < 0 || c.MaxTickDuration < 0 {
-		return fmt.Errorf("sweep interval and max_tick_duration must not be negative")
+// Range is the values a count or duration of Config may take. The bounds are far from any sensible
+// setting; they exist so that no value validates and then misbehaves (a budget whose page count
+// overflows, a backoff that wraps, a lease that rounds to nothing).
+type Range[T int | time.Duration] struct{ Min, Max T }
+
+// The ranges of Config's fields, shared with the config package's key table.
+var (
+	IntervalRange            = Range[time.Duration]{0, 24 * time.Hour}
+	PageSizeRange            = Range[int]{1, 10_000}
+	MaxConcurrencyRange      = Range[int]{1, 1024}
+	MaxArchivesPerTickRange  = Range[int]{1, 1_000_000}
+	MaxScannedPerTickRange   = Range[int]{1, 100_000_000}
+	MaxTrackedAgentsRange    = Range[int]{1, 100_000_000}
+	MaxTickDurationRange     = Range[time.Duration]{0, 24 * time.Hour}
+	MaxBackoffIntervalsRange = Range[int]{0, 1024}
+	MaxAgentDurationRange    = Range[time.Duration]{0, 24 * time.Hour}
+	ShutdownGraceRange       = Range[time.Duration]{0, time.Hour}
+)
+
+// Contains reports whether v is within the range, bounds included.
+func (r Range[T]) Contains(v T) bool { return v >= r.Min && v <= r.Max }
+
+func (r Range[T]) check(name string, v T) error {
+	if !r.Contains(v) {
+		return fmt.Errorf("sweep %s must be from %v to %v, got %v", name, r.Min, r.Max, v)
 	}
 	return nil
 }
 
-// clamped applies the clamps of the design: interval ≥ 100 ms, max_tick_duration ≥ 1 s.
+// Validate rejects values outside their ranges (see the *Range variables): negative counts and
+// durations, and values so large that arithmetic on them would overflow.
+func (c Config) Validate() error {
+	return errors.Join(
+		IntervalRange.check("interval", c.Interval),
+		PageSizeRange.check("page_size", c.PageSize),
+		MaxConcurrencyRange.check("max_concurrency", c.MaxConcurrency),
+		MaxArchivesPerTickRange.check("max_archives_per_tick", c.MaxArchivesPerTick),
+		MaxScannedPerTickRange.check("max_scanned_per_tick", c.MaxScannedPerTick),
+		MaxTrackedAgentsRange.check("max_tracked_agents", c.MaxTrackedAgents),
+		MaxTickDurationRange.check("max_tick_duration", c.MaxTickDuration),
+		MaxBackoffIntervalsRange.check("max_backoff_intervals", c.MaxBackoffIntervals),
+		MaxAgentDurationRange.check("max_agent_duration", c.MaxAgentDuration),
+		ShutdownGraceRange.check("shutdown_grace", c.ShutdownGrace),
+	)
+}
+
+// clamped applies the clamps of the design: interval ≥ 100 ms, max_tick_duration ≥ 1 s, and
+// max_agent_duration ≥ 1 s, 0 reading as max_tick_duration.
 func (c Config) clamped() Config {
 	c.Interval = max(c.Interval, MinInterval)
 	c.MaxTickDuration = max(c.MaxTickDuration, MinTickDuration)
+	if c.MaxAgentDuration == 0 {
+		c.MaxAgentDuration = c.MaxTickDuration
+	}
+	c.MaxAgentDuration = max(c.MaxAgentDuration, MinTickDuration)
 	return c
 }

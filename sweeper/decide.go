@@ -1,6 +1,8 @@
 package sweeper
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -17,6 +19,7 @@ const (
 	OutcomeNotOwned      Outcome = "not_owned"      // the agent's shard belongs to another executor
 	OutcomeResident      Outcome = "resident"       // the executor runs it: skipped with no storage read
 	OutcomeEmpty         Outcome = "empty"          // the layer holds nothing for it any more: forgotten
+	OutcomeUnreadable    Outcome = "unreadable"     // its read failed: skipped this pass, retried the next
 	OutcomeWaiting       Outcome = "waiting"        // sighted; not yet quiet across two passes
 	OutcomeUntracked     Outcome = "untracked"      // the tracking table was full: not remembered
 	OutcomeDeclined      Outcome = "declined"       // at the archive step: gone, moved on or locked
@@ -25,7 +28,7 @@ const (
 )
 
 // Outcomes lists every Outcome, in the order of a key's journey.
-var Outcomes = []Outcome{OutcomeUnparseable, OutcomeNotOwned, OutcomeResident, OutcomeEmpty, OutcomeWaiting,
+var Outcomes = []Outcome{OutcomeUnparseable, OutcomeNotOwned, OutcomeResident, OutcomeUnreadable, OutcomeEmpty, OutcomeWaiting,
 	OutcomeUntracked, OutcomeDeclined, OutcomeArchiveFailed, OutcomeArchived}
 
 // Reason is why a tick stopped before its work was done.
@@ -45,19 +48,64 @@ type Assignment struct {
 	LeaseUntil time.Time // the assignment may have moved after this; zero: no lease
 }
 
+// MaxShardCount is the most shards a cluster may have; MaxLease the longest assignment lease. Both keep
+// values that validate from misbehaving later (a lease of 10^12 s wraps a time.Duration).
+const (
+	MaxShardCount = 16384
+	MaxLease      = 366 * 24 * time.Hour
+)
+
+// ErrInvalidAssignment is returned by NewAssignment for a shard assignment that cannot be used.
+var ErrInvalidAssignment = errors.New("invalid shard assignment")
+
+// NewAssignment validates an assignment and returns it with its shards sorted: shardCount from 0 to
+// MaxShardCount, shards distinct and within 0..shardCount-1, lease from 0 (none: the assignment never
+// lapses) to MaxLease, counted from now. The HTTP API and the CLI both build assignments here.
+func NewAssignment(shardCount int, shards []int, lease time.Duration, now time.Time) (Assignment, error) {
+	if shardCount < 0 || shardCount > MaxShardCount {
+		return Assignment{}, fmt.Errorf("%w: shard count %d, want 0 to %d", ErrInvalidAssignment, shardCount, MaxShardCount)
+	}
+	seen := make(map[int]bool, len(shards))
+	for _, sh := range shards {
+		if sh < 0 || sh >= shardCount {
+			return Assignment{}, fmt.Errorf("%w: shard %d is outside 0..%d (shard count %d)", ErrInvalidAssignment, sh, shardCount-1, shardCount)
+		}
+		if seen[sh] {
+			return Assignment{}, fmt.Errorf("%w: shard %d is listed twice", ErrInvalidAssignment, sh)
+		}
+		seen[sh] = true
+	}
+	if lease < 0 || lease > MaxLease {
+		return Assignment{}, fmt.Errorf("%w: lease %s, want 0 (none) to %s", ErrInvalidAssignment, lease, MaxLease)
+	}
+	a := Assignment{ShardCount: shardCount, Shards: slices.Sorted(slices.Values(shards))}
+	if lease > 0 {
+		a.LeaseUntil = now.Add(lease)
+	}
+	return a, nil
+}
+
+// Reasons the sweep stands down, the values of oplog_sweep_standing_down's reason label. An embedder's
+// Options.StandDown adds its own (the sidecar: residency_stale).
+const (
+	StandDownNoAssignment = "no_assignment"
+	StandDownNoShards     = "no_shards"
+	StandDownLeaseLapsed  = "lease_lapsed"
+)
+
 // usable reports whether an assignment lets the sweep archive anything now: it exists, has shards,
 // and its lease has not lapsed (after a lapse the shards may have moved, and residency cannot see the
-// new owner's agents).
-func usable(a Assignment, known bool, now time.Time) (bool, string) {
+// new owner's agents). When it does not, reason is the stand-down label and why says it in words.
+func usable(a Assignment, known bool, now time.Time) (ok bool, reason, why string) {
 	switch {
 	case !known:
-		return false, "no shard assignment"
+		return false, StandDownNoAssignment, "no shard assignment"
 	case a.ShardCount < 1 || len(a.Shards) == 0:
-		return false, "assignment has no shards"
+		return false, StandDownNoShards, "assignment has no shards"
 	case !a.LeaseUntil.IsZero() && !now.Before(a.LeaseUntil):
-		return false, "assignment lease lapsed"
+		return false, StandDownLeaseLapsed, "assignment lease lapsed"
 	}
-	return true, ""
+	return true, "", ""
 }
 
 // parseAgent turns a scanned key into an agent.
@@ -111,7 +159,7 @@ func share(remaining, routesLeft int) int {
 	if remaining <= 0 || routesLeft <= 0 {
 		return 0
 	}
-	return (remaining + routesLeft - 1) / routesLeft
+	return ceilDiv(remaining, routesLeft)
 }
 
 // pageBudget is how many scan calls a scan budget affords: ceil(scan / pageSize). It stops a tick whose
@@ -120,7 +168,16 @@ func pageBudget(scan, pageSize int) int {
 	if scan <= 0 || pageSize <= 0 {
 		return 0
 	}
-	return (scan + pageSize - 1) / pageSize
+	return ceilDiv(scan, pageSize)
+}
+
+// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0, without the overflow of (a+b-1)/b near the top of int.
+func ceilDiv(a, b int) int {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
 }
 
 // order puts the routes a tick could not afford first, the rest after, each group in stack order.

@@ -22,19 +22,20 @@ func TestParseAgent(t *testing.T) {
 func TestUsable_StandsDownWithoutAUsableAssignment(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for _, c := range []struct {
-		a     Assignment
-		known bool
-		ok    bool
+		a      Assignment
+		known  bool
+		reason string // "" when usable
 	}{
-		{Assignment{}, false, false},
-		{Assignment{ShardCount: 0, Shards: []int{0}}, true, false},
-		{Assignment{ShardCount: 4}, true, false},
-		{Assignment{ShardCount: 4, Shards: []int{1}, LeaseUntil: now}, true, false},
-		{Assignment{ShardCount: 4, Shards: []int{1}, LeaseUntil: now.Add(time.Second)}, true, true},
-		{Assignment{ShardCount: 4, Shards: []int{1}}, true, true},
+		{Assignment{}, false, StandDownNoAssignment},
+		{Assignment{ShardCount: 0, Shards: []int{0}}, true, StandDownNoShards},
+		{Assignment{ShardCount: 4}, true, StandDownNoShards},
+		{Assignment{ShardCount: 4, Shards: []int{1}, LeaseUntil: now}, true, StandDownLeaseLapsed},
+		{Assignment{ShardCount: 4, Shards: []int{1}, LeaseUntil: now.Add(time.Second)}, true, ""},
+		{Assignment{ShardCount: 4, Shards: []int{1}}, true, ""},
 	} {
-		if ok, why := usable(c.a, c.known, now); ok != c.ok || (!ok && why == "") {
-			t.Fatalf("usable(%+v, %v) = %v %q", c.a, c.known, ok, why)
+		ok, reason, why := usable(c.a, c.known, now)
+		if ok != (c.reason == "") || reason != c.reason || (!ok && why == "") {
+			t.Fatalf("usable(%+v, %v) = %v %q %q, want reason %q", c.a, c.known, ok, reason, why, c.reason)
 		}
 	}
 }

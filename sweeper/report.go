@@ -24,7 +24,24 @@ type RouteReport struct {
 	Moved         int             // entries moved to lower layers
 	Bytes         int64           // their payload bytes
 	Archived      []oplog.AgentID // agents drained to the bottom layer
+	// Unreadable lists the first MaxUnreadableListed keys (or files) the walk could not read; all of
+	// them are counted in Outcomes[OutcomeUnreadable].
+	Unreadable []UnreadableKey
 }
+
+// UnreadableKey is a key, or a backend's file, that a walk could not read. It was skipped for the pass
+// and is read again on the next one.
+type UnreadableKey struct {
+	Route string    `json:"route"`
+	Key   string    `json:"key,omitempty"` // "" when the backend could not tell the key (a file that is not a database)
+	Where string    `json:"where"`         // what could not be read: the key, or the backend's name for it
+	Err   string    `json:"error"`
+	Pass  uint64    `json:"pass"`
+	At    time.Time `json:"at"`
+}
+
+// MaxUnreadableListed bounds the unreadable keys a route report, and the status, list.
+const MaxUnreadableListed = 32
 
 // Report is what one tick did.
 type Report struct {
@@ -32,7 +49,10 @@ type Report struct {
 	Duration time.Duration
 	// Disabled: the sweep is switched off and did nothing.
 	Disabled bool
-	// StoodDown: Options.StandDown gave this reason; nothing was scanned or archived.
+	// StandDownReason is set when the tick stood down and did nothing: the reason's label, as in the
+	// oplog_sweep_standing_down metric (no_assignment, no_shards, lease_lapsed, or Options.StandDown's).
+	StandDownReason string
+	// StoodDown: Options.StandDown gave this detail; nothing was scanned or archived.
 	StoodDown string
 	// Unassigned: no usable shard assignment; nothing was scanned or archived.
 	Unassigned       bool
@@ -55,14 +75,39 @@ func (r Report) Archived() []oplog.AgentID {
 	return out
 }
 
-// Status is the sweep's state between ticks, for an operator.
+// Status is the sweep's state, for an operator.
 type Status struct {
 	Last         Report            // the last tick
+	Current      *Progress         // the tick under way; nil between ticks
 	Passes       map[string]uint64 // the pass each route is in
 	Tracked      int
 	DeadlineHits int
 	NextWait     time.Duration
+	// StandDownReason is the label of the last tick's stand-down, "" when it ran.
+	StandDownReason string
+	// Unreadable is the most recent keys the walks could not read, newest last, at most
+	// MaxUnreadableListed.
+	Unreadable []UnreadableKey
 }
+
+// Progress is where the tick under way is.
+type Progress struct {
+	Start time.Time `json:"start"`
+	Phase Phase     `json:"phase"`
+	Route string    `json:"route,omitempty"`
+	// Started and Done count the agents of the archive phase: started, and finished whatever their
+	// outcome.
+	Started int `json:"agents_started"`
+	Done    int `json:"agents_done"`
+}
+
+// Phase is the part of a tick under way.
+type Phase string
+
+const (
+	PhaseScan    Phase = "scan"
+	PhaseArchive Phase = "archive"
+)
 
 // Status returns the state after the last tick. It does not wait for a tick under way.
 func (s *Sweeper) Status() Status {

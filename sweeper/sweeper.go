@@ -37,9 +37,10 @@ type Options struct {
 	// nil: never assigned, and the sweep archives nothing.
 	Shards func() (Assignment, bool)
 	// StandDown, if set, is asked at the start of every tick: a non-empty reason makes the tick do
-	// nothing and report why. The sidecar stands down while its residency feed is stale, since it could
-	// no longer tell a resident agent from a stranded one.
-	StandDown func() string
+	// nothing and report why. reason is a short fixed label (the metric's reason label: keep the set
+	// small), detail says why in words. The sidecar stands down while its residency feed is stale
+	// (residency_stale), since it could no longer tell a resident agent from a stranded one.
+	StandDown func() (reason, detail string)
 	// Locker, if set, holds each agent during its archive.
 	Locker Locker
 	// OnDrained is called once for each agent whose whole stack drained to the bottom layer.
@@ -197,8 +198,8 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 		return rep
 	}
 	if s.opts.StandDown != nil {
-		if why := s.opts.StandDown(); why != "" {
-			rep.StoodDown = why
+		if reason, why := s.opts.StandDown(); reason != "" {
+			rep.StandDownReason, rep.StoodDown = reason, why
 			return rep
 		}
 	}
@@ -207,8 +208,8 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	if s.opts.Shards != nil {
 		assign, known = s.opts.Shards()
 	}
-	if ok, why := usable(assign, known, start); !ok {
-		rep.Unassigned, rep.UnassignedReason = true, why
+	if ok, reason, why := usable(assign, known, start); !ok {
+		rep.StandDownReason, rep.Unassigned, rep.UnassignedReason = reason, true, why
 		return rep
 	}
 	s.dropUnowned(assign)

@@ -656,7 +656,7 @@ func TestSweep_TrackingForShardsNoLongerOwnedIsDroppedAtOnce(t *testing.T) {
 
 func TestSweep_StandDownDoesNothingAndSaysWhy(t *testing.T) {
 	reason := "residency feed is stale"
-	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.StandDown = func() string { return reason } }))
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.StandDown = func() (string, string) { return "test", reason } }))
 	a := agent("x")
 	e.strand(a, 1, 2)
 	for range 3 {

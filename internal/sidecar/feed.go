@@ -55,17 +55,22 @@ func (f *feed) isResident(a oplog.AgentID) bool {
 
 // standDown is the sweeper's StandDown callback: without a residency feed younger than the TTL the
 // sidecar cannot tell a running agent from a stranded one, so it archives nothing.
-func (f *feed) standDown() string {
+func (f *feed) standDown() (reason, detail string) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	switch {
 	case f.residencyAt.IsZero():
-		return "no residency feed yet (PUT /v1/residency)"
+		return StandDownResidencyStale, "no residency feed yet (PUT /v1/residency)"
 	case f.now().Sub(f.residencyAt) > f.ttl:
-		return fmt.Sprintf("residency feed is %s old, older than residency.ttl %s", f.now().Sub(f.residencyAt).Round(time.Second), f.ttl)
+		return StandDownResidencyStale, fmt.Sprintf("residency feed is %s old, older than residency.ttl %s",
+			f.now().Sub(f.residencyAt).Round(time.Second), f.ttl)
 	}
-	return ""
+	return "", ""
 }
+
+// StandDownResidencyStale is the sidecar's stand-down reason: no residency feed, or one older than
+// residency.ttl.
+const StandDownResidencyStale = "residency_stale"
 
 // ownedShards is the scheduler's shard callback: the assignment's shards while it is usable.
 func (f *feed) ownedShards() []int {
