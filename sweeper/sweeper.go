@@ -115,15 +115,17 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 		opts.Now = time.Now
 	}
 	s := &Sweeper{cfg: cfg.clamped(), stack: stack, opts: opts, log: opts.Logger}
+	// Layers are told apart by their position in the stack, never by ==: a Layer's dynamic type need
+	// not be comparable.
+	archives := stack.Archives()
 	for _, mode := range SweptModes {
-		for i, layer := range stack.Archives() {
-			below, ok := stack.Below(layer)
-			if _, scans := layer.ScanNamespace(mode); !scans || !ok {
+		for i, layer := range archives[:len(archives)-1] {
+			if _, scans := layer.ScanNamespace(mode); !scans {
 				continue
 			}
 			s.routes = append(s.routes, &route{
 				Route: Route{Name: fmt.Sprintf("%s-l%d", mode, i+1), Mode: mode, Level: i + 1,
-					Source: layer.Name(), Target: below.Name()},
+					Source: layer.Name(), Target: archives[i+1].Name()},
 				source: layer, pass: 1, seen: map[string]sighting{},
 			})
 		}
