@@ -17,10 +17,16 @@ type Stack struct {
 }
 
 // NewStack returns the stack primary → archives[0] → … → archives[n-1]. It needs at least one archive
-// layer, and the bottom layer is a target only.
+// layer, and the bottom layer is a target only. The stack tells its layers apart by position, never by
+// ==, so a Layer's dynamic type need not be comparable.
 func NewStack(primary Layer, archives ...Layer) (*Stack, error) {
-	if primary == nil || len(archives) == 0 || slices.Contains(archives, nil) {
+	if primary == nil || len(archives) == 0 {
 		return nil, errors.New("oplog stack needs a primary layer and at least one archive layer")
+	}
+	for i, l := range archives {
+		if l == nil {
+			return nil, fmt.Errorf("oplog stack: archive layer %d is nil", i)
+		}
 	}
 	layers := append([]Layer{primary}, archives...)
 	return &Stack{primary: primary, archives: slices.Clone(archives), layers: layers}, nil
@@ -34,15 +40,6 @@ func (s *Stack) Layers() []Layer { return slices.Clone(s.layers) }
 
 // Archives are the archive layers, top to bottom.
 func (s *Stack) Archives() []Layer { return slices.Clone(s.archives) }
-
-// Below returns the layer under l and true, or false if l is the bottom or not in the stack.
-func (s *Stack) Below(l Layer) (Layer, bool) {
-	i := slices.Index(s.layers, l)
-	if i < 0 || i == len(s.layers)-1 {
-		return nil, false
-	}
-	return s.layers[i+1], true
-}
 
 // MaxHops bounds a Drain: every layer above the bottom can need one hop, plus slack for a writer
 // racing the drain. Reaching it means a layer keeps reporting entries it should not have.
