@@ -26,17 +26,22 @@ type probe struct {
 	duplicate bool
 	latency   time.Duration
 	onPage    func(n int)
+	afterLast func(key string, n int) // after the n-th read of key's last entry returns
 }
 
 func (p *probe) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
 	p.mu.Lock()
 	p.lasts[key]++
-	lat := p.latency
+	lat, n, after := p.latency, p.lasts[key], p.afterLast
 	p.mu.Unlock()
 	if err := sleep(ctx, lat); err != nil {
 		return is.Entry{}, false, err
 	}
-	return p.Storage.Last(ctx, ns, key)
+	e, ok, err := p.Storage.Last(ctx, ns, key)
+	if after != nil {
+		after(key, n)
+	}
+	return e, ok, err
 }
 
 func (p *probe) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {

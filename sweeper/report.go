@@ -2,6 +2,7 @@ package sweeper
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -109,14 +110,17 @@ const (
 	PhaseArchive Phase = "archive"
 )
 
-// Status returns the state after the last tick. It does not wait for a tick under way.
+// Status returns the state after the last tick and where the tick under way is. It does not wait for a
+// tick under way.
 func (s *Sweeper) Status() Status {
 	s.statusMu.Lock()
 	defer s.statusMu.Unlock()
 	st := s.status
-	st.Passes = make(map[string]uint64, len(s.status.Passes))
-	for k, v := range s.status.Passes {
-		st.Passes[k] = v
+	st.Passes = maps.Clone(s.status.Passes)
+	st.Unreadable = slices.Clone(s.status.Unreadable)
+	if s.status.Current != nil {
+		current := *s.status.Current
+		st.Current = &current
 	}
 	return st
 }
@@ -130,27 +134,62 @@ func (s *Sweeper) finish(rep *Report) {
 			rep.Truncated = append(rep.Truncated, rr.Truncated)
 		}
 	}
-	rep.DeadlineHit = slices.Contains(rep.Truncated, ReasonDeadline)
+	// The deadline is wall time: a tick that ended after it hit it, whatever its checkpoints saw (an
+	// agent under way may have run on past it).
+	rep.DeadlineHit = slices.Contains(rep.Truncated, ReasonDeadline) || rep.Duration > s.cfg.MaxTickDuration
 	switch {
+	case rep.Disabled || rep.StandDownReason != "":
+		// A tick that did nothing says nothing about the storage: the backoff stays as it was.
+		rep.DeadlineHit = false
+	case slices.Contains(rep.Truncated, ReasonShutdown):
+		// Nor does a tick cut by shutdown.
 	case rep.DeadlineHit:
 		s.hits++
-	case slices.Contains(rep.Truncated, ReasonShutdown):
-		// A tick cut by shutdown says nothing about the storage.
 	default:
 		s.hits = 0
 	}
 	rep.DeadlineHits = s.hits
 	rep.NextWait = nextWait(s.cfg.Interval, s.hits, s.cfg.MaxBackoffIntervals)
 	rep.Tracked = s.tracked
+	s.logStandDown(*rep)
 
 	passes := make(map[string]uint64, len(s.routes))
 	for _, r := range s.routes {
 		passes[r.Name] = r.pass
 	}
 	s.statusMu.Lock()
-	s.status = Status{Last: *rep, Passes: passes, Tracked: s.tracked, DeadlineHits: s.hits, NextWait: rep.NextWait}
+	unreadable := s.status.Unreadable
+	for _, rr := range rep.Routes {
+		unreadable = append(unreadable, rr.Unreadable...)
+	}
+	if extra := len(unreadable) - MaxUnreadableListed; extra > 0 {
+		unreadable = slices.Clone(unreadable[extra:])
+	}
+	if rep.StandDownReason != "" && !slices.Contains(s.reasons, rep.StandDownReason) {
+		s.reasons = append(s.reasons, rep.StandDownReason)
+	}
+	s.status = Status{Last: *rep, Passes: passes, Tracked: s.tracked, DeadlineHits: s.hits, NextWait: rep.NextWait,
+		StandDownReason: rep.StandDownReason, Unreadable: unreadable}
 	s.statusMu.Unlock()
 	s.m.record(*rep)
+}
+
+// logStandDown logs a change between standing down and sweeping, once per change rather than once a
+// tick: a sweep that archives nothing for a reason must say so somewhere other than its status.
+func (s *Sweeper) logStandDown(rep Report) {
+	if rep.Disabled || rep.StandDownReason == s.standDown {
+		return
+	}
+	switch detail := rep.StoodDown + rep.UnassignedReason; {
+	case rep.StandDownReason == "":
+		s.log.Info("sweep resumed", "stood_down_for", s.standDown)
+	case s.standDown == "":
+		s.log.Warn("sweep standing down: it archives nothing until this clears", "reason", rep.StandDownReason, "detail", detail)
+	default:
+		s.log.Warn("sweep still standing down, for another reason", "reason", rep.StandDownReason, "detail", detail,
+			"was", s.standDown)
+	}
+	s.standDown = rep.StandDownReason
 }
 
 // instruments are the sweep's metrics. Names are Prometheus names once exported:
@@ -199,18 +238,56 @@ func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
 	if err != nil {
 		return nil, err
 	}
+	standingDown, err := meter.Int64ObservableGauge("oplog_sweep_standing_down",
+		metric.WithDescription("1 for the reason the sweep stands down now (it archives nothing), 0 for the others: "+
+			"no_assignment, no_shards, lease_lapsed, or the embedder's (the sidecar: residency_stale)."))
+	if err != nil {
+		return nil, err
+	}
+	age, err := meter.Float64ObservableGauge("oplog_sweep_tick_age", metric.WithUnit("s"),
+		metric.WithDescription("How long the tick under way has run; 0 between ticks. Rising past max_tick_duration "+
+			"+ max_agent_duration means something the deadline cannot bound."))
+	if err != nil {
+		return nil, err
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := s.Status()
 		o.ObserveInt64(tracked, int64(st.Tracked))
 		o.ObserveInt64(hits, int64(st.DeadlineHits))
+		for _, reason := range s.standDownReasons() {
+			v := int64(0)
+			if reason == st.StandDownReason {
+				v = 1
+			}
+			o.ObserveInt64(standingDown, v, metric.WithAttributes(attribute.String("reason", reason)))
+		}
+		tickAge := 0.0
+		if st.Current != nil {
+			tickAge = s.opts.Now().Sub(st.Current.Start).Seconds()
+		}
+		o.ObserveFloat64(age, tickAge)
 		return nil
-	}, tracked, hits)
+	}, tracked, hits, standingDown, age)
 	return m, err
+}
+
+// standDownReasons are the label values of oplog_sweep_standing_down: the sweep's own, then every
+// other reason a tick has stood down for.
+func (s *Sweeper) standDownReasons() []string {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	reasons := []string{StandDownNoAssignment, StandDownNoShards, StandDownLeaseLapsed}
+	for _, r := range s.reasons {
+		if !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
+		}
+	}
+	return reasons
 }
 
 func (m *instruments) record(rep Report) {
 	ctx := context.Background()
-	if !rep.Disabled && !rep.Unassigned && rep.StoodDown == "" {
+	if !rep.Disabled && rep.StandDownReason == "" {
 		m.tick.Record(ctx, rep.Duration.Seconds())
 	}
 	for _, rr := range rep.Routes {

@@ -69,6 +69,9 @@ type route struct {
 
 	resume  is.Resume // where the pass continues; lives in memory only
 	pass    uint64    // the pass under way, from 1
+	// scanned is the pass this tick's scan of the route ran in (pass, or pass-1 once the scan completed
+	// it): what the archive phase stamps a declined agent with.
+	scanned uint64
 	seen    map[string]sighting
 	pending []candidate // passed the gate, not yet afforded by an archive budget
 	starved bool        // a tick could not afford it: it goes first next tick
@@ -78,7 +81,6 @@ type candidate struct {
 	key   string
 	agent oplog.AgentID
 	index oplog.Index // the last index the gate passed on
-	pass  uint64      // the pass whose sighting passed it
 }
 
 // Sweeper is the sweep over one stack. SweepOnce and Run may be called from one goroutine at a time
@@ -91,12 +93,14 @@ type Sweeper struct {
 	routes []*route
 	m      *instruments
 
-	mu      sync.Mutex // one tick at a time
-	tracked int        // entries over every route's table
-	hits    int        // consecutive ticks that hit their deadline
+	mu        sync.Mutex // one tick at a time
+	tracked   int        // entries over every route's table
+	hits      int        // consecutive ticks that hit their deadline
+	standDown string     // the last tick's stand-down reason, "" when it ran: logged on change
 
 	statusMu sync.Mutex
 	status   Status
+	reasons  []string // every stand-down reason seen, for the metric's label values
 }
 
 // New builds the sweep over stack: its routes are derived from the stack, one for each swept mode and
@@ -186,11 +190,16 @@ func stopReason(shutdown, tick context.Context) Reason {
 
 // SweepOnce runs one tick and reports it. It never panics and never returns an error: storage
 // failures are logged, counted and left for a later tick, since the work list is the layer itself.
+//
+// Every storage call it makes is bounded: the scan phase runs under the tick's deadline
+// (MaxTickDuration), each agent's archive under MaxAgentDuration, and after ctx is cancelled the agents
+// under way get ShutdownGrace before they are cut too. A cut archive step converges on a later pass.
 func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := s.opts.Now()
 	rep = Report{Start: start, Outcomes: tally{}}
+	s.progress(func(p *Progress) { *p = Progress{Start: start, Phase: PhaseScan} })
 	defer func() {
 		rep.Duration = s.opts.Now().Sub(start)
 		s.finish(&rep)
@@ -218,6 +227,8 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 
 	tickCtx, cancel := context.WithTimeout(ctx, s.cfg.MaxTickDuration)
 	defer cancel()
+	stepBase, release := afterGrace(ctx, s.cfg.ShutdownGrace)
+	defer release()
 	scanLeft := s.cfg.MaxScannedPerTick
 	pagesLeft := pageBudget(scanLeft, s.cfg.PageSize)
 	archivesLeft := s.cfg.MaxArchivesPerTick
@@ -250,6 +261,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 			continue
 		}
 		r.starved = false
+		s.progress(func(p *Progress) { p.Route = r.Name })
 		cands := s.scan(ctx, tickCtx, r, assign, scanShare, pageShare, archiveShare, rr)
 		afforded := min(len(cands), archiveShare)
 		work[i], r.pending = cands[:afforded], cands[afforded:]
@@ -259,9 +271,10 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	}
 
 	// Archive phase.
+	s.progress(func(p *Progress) { p.Phase, p.Route = PhaseArchive, "" })
 	for _, i := range sequence {
 		if len(work[i]) > 0 {
-			s.archiveAll(ctx, tickCtx, s.routes[i], work[i], assign, &reports[i])
+			s.archiveAll(ctx, tickCtx, stepBase, s.routes[i], work[i], assign, &reports[i])
 		}
 	}
 	for _, i := range sequence {
@@ -270,9 +283,38 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	return rep
 }
 
+// afterGrace returns a context that outlives ctx by grace: it is cancelled grace after ctx is, or when
+// release is called. Agents under way run under it, so that shutdown lets them finish but cannot be
+// held by them for longer than the grace.
+func afterGrace(ctx context.Context, grace time.Duration) (_ context.Context, release func()) {
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(grace, cancel)
+	})
+	return base, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
 // scan walks the route from its resume token until a budget, the deadline or shutdown stops it, or its
 // pass completes, and returns the agents that passed the gate, those carried over first.
+//
+// The walk always moves on: a key whose read fails is unreadable (counted, logged, listed, retried on
+// the next pass), never a reason to read the same page again. Only the tick's own end keeps the token
+// where it was. A page with a transient failure ends the route's tick after that page, so a store that
+// fails every call costs one page of failed reads a tick, not the whole scan budget.
 func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, scanShare, pageShare, archiveShare int, rr *RouteReport) []candidate {
+	r.scanned = r.pass
 	cands := slices.Clone(r.pending)
 	queued := map[string]bool{}
 	for _, c := range cands {
@@ -299,11 +341,17 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 		}
 		// Decide the whole page; if the tick is cut inside it, keep the old token so the keys not
 		// decided are read again rather than skipped (a page is never trimmed).
+		transient := false
 		for _, key := range page.Keys {
-			c, outcome, ok := s.decide(tickCtx, r, a, key)
-			if !ok {
-				s.storageError(ctx, tickCtx, rr, "read last index", c.err)
-				return cands
+			c, outcome, err := s.decide(tickCtx, r, a, key)
+			if err != nil {
+				if reason := stopReason(ctx, tickCtx); reason != "" {
+					rr.Truncated = reason
+					return cands
+				}
+				s.unreadable(r, rr, key, key, err)
+				transient = transient || errors.Is(err, is.ErrTransient)
+				continue
 			}
 			rr.Scanned++
 			if outcome != "" {
@@ -312,8 +360,12 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			}
 			if !queued[key] {
 				queued[key] = true
-				cands = append(cands, c.candidate)
+				cands = append(cands, c)
 			}
+		}
+		for _, u := range page.Unreadable {
+			s.unreadable(r, rr, u.Key, u.Where, u.Err)
+			transient = transient || errors.Is(u.Err, is.ErrTransient)
 		}
 		if page.Done {
 			s.completePass(r)
@@ -321,43 +373,59 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			return cands
 		}
 		r.resume = page.Next
+		if transient {
+			return cands
+		}
 	}
 }
 
-type decision struct {
-	candidate
-	err error
+// unreadable records a key (or, where the backend cannot tell the key, the thing it could not read)
+// whose read failed: it is counted and listed, and left to the next pass. Its tracking entry stays as
+// it was.
+func (s *Sweeper) unreadable(r *route, rr *RouteReport, key, where string, err error) {
+	if where == "" {
+		where = key
+	}
+	rr.Scanned++
+	rr.Errors++
+	rr.Outcomes[OutcomeUnreadable]++
+	if len(rr.Unreadable) < MaxUnreadableListed {
+		rr.Unreadable = append(rr.Unreadable, UnreadableKey{Route: r.Name, Key: key, Where: where, Err: err.Error(),
+			Pass: r.pass, At: s.opts.Now()})
+	}
+	s.log.Warn("sweep could not read a key; it is skipped for this pass and read again on the next",
+		"route", r.Name, "key", where, "pass", r.pass, "err", err)
 }
 
 // decide runs one key through triage and, if it survives, one storage read and the quiet gate. An
-// empty outcome means the agent passed the gate and is a candidate. ok is false on a storage error.
-func (s *Sweeper) decide(ctx context.Context, r *route, a Assignment, key string) (d decision, outcome Outcome, ok bool) {
+// empty outcome means the agent passed the gate and is a candidate; err is a failed read.
+func (s *Sweeper) decide(ctx context.Context, r *route, a Assignment, key string) (candidate, Outcome, error) {
 	agent, outcome, worth := triage(key, a, s.opts.Residency)
 	if !worth {
-		return d, outcome, true
+		return candidate{}, outcome, nil
 	}
 	last, exists, err := r.source.LastIndex(ctx, agent, r.Mode)
 	if err != nil {
-		return decision{err: err}, "", false
+		return candidate{}, "", err
 	}
 	if !exists {
 		s.forget(r, key)
-		return d, OutcomeEmpty, true
+		return candidate{}, OutcomeEmpty, nil
 	}
 	seen, known := r.seen[key]
 	if assess(seen, known, last, r.pass) {
 		// Re-stamped before the archive, so a failed archive keeps the gate it passed.
 		r.seen[key] = sighting{index: last, pass: r.pass}
-		return decision{candidate: candidate{key: key, agent: agent, index: last, pass: r.pass}}, "", true
+		return candidate{key: key, agent: agent, index: last}, "", nil
 	}
 	if !known && s.tracked >= s.cfg.MaxTrackedAgents {
-		return d, OutcomeUntracked, true
+		return candidate{}, OutcomeUntracked, nil
 	}
 	if !known {
 		s.tracked++
 	}
 	r.seen[key] = sighting{index: last, pass: r.pass}
-	return d, OutcomeWaiting, true
+	return candidate{}, OutcomeWaiting, nil
 }
 
 func (s *Sweeper) forget(r *route, key string) {
@@ -391,7 +459,7 @@ func (s *Sweeper) dropUnowned(a Assignment) {
 	}
 }
 
-// storageError records a failed storage call: a cut by the deadline or shutdown truncates the route, any
+// storageError records a failed page read: a cut by the deadline or shutdown truncates the route, any
 // other failure is logged and counted, the work staying in the layer for a later tick.
 func (s *Sweeper) storageError(ctx, tickCtx context.Context, rr *RouteReport, what string, err error) {
 	if reason := stopReason(ctx, tickCtx); reason != "" {
@@ -409,9 +477,10 @@ type archived struct {
 	current oplog.Index // the last index the archive step found, when it declined a moved-on agent
 }
 
-// archiveAll archives the candidates, at most MaxConcurrency at once. Shutdown and the deadline are
-// checked before each agent and never inside one: an agent under way drains fully.
-func (s *Sweeper) archiveAll(ctx, tickCtx context.Context, r *route, cands []candidate, a Assignment, rr *RouteReport) {
+// archiveAll archives the candidates, at most MaxConcurrency at once. Shutdown and the deadline stop
+// new agents from starting; an agent under way runs under stepBase (which outlives shutdown by the
+// grace) and its own MaxAgentDuration.
+func (s *Sweeper) archiveAll(ctx, tickCtx, stepBase context.Context, r *route, cands []candidate, a Assignment, rr *RouteReport) {
 	results := make(chan archived, len(cands))
 	slots := make(chan struct{}, s.cfg.MaxConcurrency)
 	var wg sync.WaitGroup
@@ -427,9 +496,13 @@ dispatch:
 			break dispatch
 		}
 		started++
+		s.progress(func(p *Progress) { p.Started++ })
 		wg.Go(func() {
 			defer func() { <-slots }()
-			results <- s.archive(ctx, r, c, a)
+			stepCtx, cancel := context.WithTimeout(stepBase, s.cfg.MaxAgentDuration)
+			defer cancel()
+			results <- s.archive(stepCtx, r, c)
+			s.progress(func(p *Progress) { p.Done++ })
 		})
 	}
 	wg.Wait()
@@ -447,34 +520,40 @@ dispatch:
 			if s.opts.OnDrained != nil {
 				s.opts.OnDrained(res.agent, r.Mode)
 			}
+		case OutcomeArchiveFailed:
+			rr.Errors++
 		case OutcomeDeclined:
 			if res.current == 0 {
 				s.forget(r, res.key)
 			} else if _, ok := r.seen[res.key]; ok {
-				// Stamped with the pass that saw it, so an agent that is quiet from now on passes the
-				// gate on the next pass.
-				r.seen[res.key] = sighting{index: res.current, pass: res.pass}
+				// Stamped with the pass this tick scanned in, never the (possibly earlier) pass that
+				// queued the candidate: the gate then needs a sighting from a later pass, as for any
+				// agent seen for the first time.
+				r.seen[res.key] = sighting{index: res.current, pass: r.scanned}
 			}
 		}
 	}
 }
 
-// archive drains one agent. It runs under a context without the tick's cancellation: once started, an
-// agent is never cut between an append below and a drop above by shutdown or the deadline.
-func (s *Sweeper) archive(ctx context.Context, r *route, c candidate, a Assignment) archived {
+// archive drains one agent under ctx, which bounds every storage call it makes. A step cut by ctx is
+// safe: the archive step converges from wherever it stopped, on a later pass.
+func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 	res := archived{candidate: c}
 	if s.opts.Residency != nil && s.opts.Residency(c.agent) {
 		// Picked up by the executor since the scan.
 		res.outcome = OutcomeResident
 		return res
 	}
-	stepCtx := context.WithoutCancel(ctx)
+	failed := func(what string, err error) archived {
+		s.log.Warn("sweep archive failed; the agent stays tracked and is tried again on a later pass",
+			"route", r.Name, "agent", c.agent.Key(), "call", what, "err", err, "cut", ctx.Err() != nil)
+		res.outcome = OutcomeArchiveFailed
+		return res
+	}
 	if s.opts.Locker != nil {
-		unlock, ok, err := s.opts.Locker.TryLock(stepCtx, c.agent, r.Mode)
+		unlock, ok, err := s.opts.Locker.TryLock(ctx, c.agent, r.Mode)
 		if err != nil {
-			s.log.Warn("sweep could not lock an agent", "route", r.Name, "agent", c.agent.Key(), "err", err)
-			res.outcome = OutcomeArchiveFailed
-			return res
+			return failed("lock", err)
 		}
 		if !ok {
 			res.outcome, res.current = OutcomeDeclined, c.index
@@ -482,12 +561,10 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate, a Assignme
 		}
 		defer unlock()
 	}
-	last, exists, err := r.source.LastIndex(stepCtx, c.agent, r.Mode)
+	last, exists, err := r.source.LastIndex(ctx, c.agent, r.Mode)
 	switch {
 	case err != nil:
-		s.log.Warn("sweep archive failed", "route", r.Name, "agent", c.agent.Key(), "err", err)
-		res.outcome = OutcomeArchiveFailed
-		return res
+		return failed("read last index", err)
 	case !exists:
 		res.outcome = OutcomeDeclined // gone: drained by its own teardown
 		return res
@@ -495,17 +572,30 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate, a Assignme
 		res.outcome, res.current = OutcomeDeclined, last // moved on since the gate
 		return res
 	}
-	res.drained, err = s.stack.Drain(stepCtx, c.agent, r.Mode)
+	res.drained, err = s.stack.Drain(ctx, c.agent, r.Mode)
 	switch {
 	case errors.Is(err, oplog.ErrStepCap):
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
 			"agent", c.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
 		res.outcome = OutcomeArchiveFailed
 	case err != nil:
-		s.log.Warn("sweep archive failed", "route", r.Name, "agent", c.agent.Key(), "err", err)
-		res.outcome = OutcomeArchiveFailed
+		return failed("drain", err)
+	case res.drained.Hops == 0:
+		// Nothing to move: the executor's own teardown drain won the race since the check above. Not
+		// archived, which would inflate the metric whose rise means teardown drains are lost.
+		res.outcome = OutcomeDeclined
 	default:
 		res.outcome = OutcomeArchived
 	}
 	return res
+}
+
+// progress updates the tick under way, as Status shows it.
+func (s *Sweeper) progress(update func(p *Progress)) {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	if s.status.Current == nil {
+		s.status.Current = &Progress{}
+	}
+	update(s.status.Current)
 }

@@ -85,10 +85,15 @@ type countingLocker struct {
 	maxHeld int
 	busy    map[oplog.AgentID]bool
 	during  func()
+	err     error // every TryLock fails with it, when set
 }
 
 func (l *countingLocker) TryLock(_ context.Context, a oplog.AgentID, _ oplog.Mode) (func(), bool, error) {
 	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return nil, false, l.err
+	}
 	if l.busy[a] {
 		l.mu.Unlock()
 		return nil, false, nil
@@ -655,17 +660,17 @@ func TestSweep_TrackingForShardsNoLongerOwnedIsDroppedAtOnce(t *testing.T) {
 }
 
 func TestSweep_StandDownDoesNothingAndSaysWhy(t *testing.T) {
-	reason := "residency feed is stale"
-	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.StandDown = func() (string, string) { return "test", reason } }))
+	label, reason := "residency_stale", "residency feed is stale"
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.StandDown = func() (string, string) { return label, reason } }))
 	a := agent("x")
 	e.strand(a, 1, 2)
 	for range 3 {
-		if rep := e.tick(); rep.StoodDown != reason || len(rep.Routes) != 0 {
+		if rep := e.tick(); rep.StoodDown != reason || rep.StandDownReason != label || len(rep.Routes) != 0 {
 			t.Fatalf("report %+v", rep)
 		}
 	}
 	e.requireStranded(a, 2)
-	reason = ""
+	label, reason = "", ""
 	e.tick()
 	e.tick()
 	e.requireArchived(a, 2)
