@@ -67,8 +67,8 @@ type route struct {
 	Route
 	source oplog.Layer
 
-	resume  is.Resume // where the pass continues; lives in memory only
-	pass    uint64    // the pass under way, from 1
+	resume is.Resume // where the pass continues; lives in memory only
+	pass   uint64    // the pass under way, from 1
 	// scanned is the pass this tick's scan of the route ran in (pass, or pass-1 once the scan completed
 	// it): what the archive phase stamps a declined agent with.
 	scanned uint64
