@@ -390,8 +390,11 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 	owned := func() []int { return []int{0} }
 	// Rows are due a second after registration here (a day in production), so the scheduler works
 	// through them during the run.
-	scheduler := schedule.NewScheduler(sched, handler.run, owned,
+	scheduler, err := schedule.NewScheduler(sched, handler.run, owned,
 		schedule.Config{Owner: "chaos", PollInterval: 100 * time.Millisecond, Concurrency: 16}, b.log)
+	if err != nil {
+		return RunA{}, err
+	}
 
 	bgCtx, stopBg := context.WithCancel(ctx)
 	var bg sync.WaitGroup

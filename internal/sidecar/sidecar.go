@@ -106,7 +106,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 		return nil, err
 	}
 	handler := &schedule.ArchiveHandler{Stack: s.stack, Store: s.schedules}
-	s.scheduler = schedule.NewScheduler(s.schedules, handler.Run, s.feed.ownedShards, cfg.ScheduleConfig(owner()), log.With("component", "scheduler"))
+	if s.scheduler, err = schedule.NewScheduler(s.schedules, handler.Run, s.feed.ownedShards, cfg.ScheduleConfig(owner()), log.With("component", "scheduler")); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -46,6 +46,16 @@ func newStack(t *testing.T) (*oplog.Stack, *memory.Store) {
 	return stack, st
 }
 
+// newScheduler is a scheduler of shard 0.
+func newScheduler(t *testing.T, store schedule.Store, h schedule.Handler, cfg schedule.Config) *schedule.Scheduler {
+	t.Helper()
+	s, err := schedule.NewScheduler(store, h, func() []int { return []int{0} }, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func appendN(t *testing.T, stack *oplog.Stack, agent oplog.AgentID, mode oplog.Mode, from, n int) {
 	t.Helper()
 	var entries []oplog.Entry
@@ -163,7 +173,7 @@ func TestScheduler_RunsDueRowsToTheBottomLayer(t *testing.T) {
 	clk := &clock{now: t0}
 	reg := &schedule.Registrar{Store: store, ArchiveInterval: time.Minute, ShardCount: func() int { return 1 }, Now: clk.Now}
 	h := &schedule.ArchiveHandler{Stack: stack, Store: store}
-	sched := schedule.NewScheduler(store, h.Run, func() []int { return []int{0} }, schedule.Config{Owner: "me", Now: clk.Now}, nil)
+	sched := newScheduler(t, store, h.Run, schedule.Config{Owner: "me", Now: clk.Now})
 	ctx := t.Context()
 	var agents []oplog.AgentID
 	for i := range 6 {
@@ -200,7 +210,7 @@ func TestScheduler_FailingHandlerBacksOffThenFails(t *testing.T) {
 	calls := 0
 	failing := func(context.Context, schedule.Row) error { calls++; return errors.New("storage is down") }
 	cfg := schedule.Config{Owner: "me", Now: clk.Now, MaxAttempts: 3, BackoffBase: time.Second, BackoffMax: time.Minute}
-	sched := schedule.NewScheduler(store, failing, func() []int { return []int{0} }, cfg, nil)
+	sched := newScheduler(t, store, failing, cfg)
 	ctx := t.Context()
 	if _, err := store.Register(ctx, schedule.NewRow{DueAt: t0, Action: schedule.ArchiveOplog{Agent: oplog.AgentID{Component: "c", Name: "a"}, Mode: oplog.Durable, LastIndex: 1}}); err != nil {
 		t.Fatal(err)

@@ -3,14 +3,17 @@ package schedule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 )
 
-// Config of a Scheduler. Zero fields take the defaults below.
+// Config of a Scheduler. Zero fields take the defaults below; any other value must be within its
+// range (Validate), which NewScheduler enforces.
 type Config struct {
-	// Owner names this process in lease_owner; it must differ between processes sharing the table.
+	// Owner names this process in lease_owner; it must differ between processes sharing the table,
+	// and it is required (an empty owner would read back as "nobody holds it").
 	Owner string
 	// PollInterval is how often the scheduler looks for due rows when it has free slots (default 1 s).
 	PollInterval time.Duration
@@ -24,38 +27,113 @@ type Config struct {
 	// BackoffBase and BackoffMax shape the wait after a failed attempt: BackoffBase doubling per
 	// attempt, capped at BackoffMax (defaults 1 s and 5 min).
 	BackoffBase, BackoffMax time.Duration
+	// ShutdownGrace is how long the rows under way keep running after Run's context is cancelled;
+	// then their contexts are cancelled too and Run returns once they have. A cut row is neither
+	// acknowledged nor released: its lease expires and it runs again (default 30 s; negative: cut at
+	// once).
+	ShutdownGrace time.Duration
 	// Now is the clock (time.Now when nil); tests move it instead of sleeping.
 	Now func() time.Time
 }
 
 // The defaults of Config.
 const (
-	DefaultPollInterval = time.Second
-	DefaultLease        = 30 * time.Second
-	DefaultConcurrency  = 4
-	DefaultMaxAttempts  = 5
-	DefaultBackoffBase  = time.Second
-	DefaultBackoffMax   = 5 * time.Minute
+	DefaultPollInterval  = time.Second
+	DefaultLease         = 30 * time.Second
+	DefaultConcurrency   = 4
+	DefaultMaxAttempts   = 5
+	DefaultBackoffBase   = time.Second
+	DefaultBackoffMax    = 5 * time.Minute
+	DefaultShutdownGrace = 30 * time.Second
 )
 
+// Range is the values a count or duration of Config (or a setting of the scheduled rows, such as the
+// registrar's archive interval) may take, bounds included.
+type Range[T int | time.Duration] struct{ Min, Max T }
+
+// Contains reports whether v is within the range, bounds included.
+func (r Range[T]) Contains(v T) bool { return v >= r.Min && v <= r.Max }
+
+// The ranges of the scheduler's settings. The bounds are far from any sensible setting; they exist so
+// that no value validates and then misbehaves.
+var (
+	// LeaseRange: the lease is renewed every Lease/3 on a ticker, which a lease under 3 ns would
+	// make zero (a panic), and stores keep milliseconds; under a second the renewals would be most of
+	// the store's load. Over a day, a row of a crashed process would wait that long to run again.
+	LeaseRange = Range[time.Duration]{time.Second, 24 * time.Hour}
+	// PollIntervalRange: under 10 ms the idle scheduler is a claim loop on the store; over an hour
+	// due rows wait that long for a free slot to be noticed.
+	PollIntervalRange = Range[time.Duration]{10 * time.Millisecond, time.Hour}
+	// ConcurrencyRange: each slot is a goroutine and a claimed row; a claim of millions of rows would
+	// hold their leases for nothing.
+	ConcurrencyRange = Range[int]{1, 1024}
+	// MaxAttemptsRange: more than a thousand attempts at the capped backoff is a row retried for
+	// years, which is what "failed" is for.
+	MaxAttemptsRange = Range[int]{1, 1000}
+	// BackoffRange bounds BackoffBase and BackoffMax: a day keeps the doubling in RetryDelay far from
+	// overflowing a time.Duration.
+	BackoffRange = Range[time.Duration]{time.Millisecond, 24 * time.Hour}
+	// ShutdownGraceRange is the sweep's (sweeper.ShutdownGraceRange): one grace for the process.
+	ShutdownGraceRange = Range[time.Duration]{0, time.Hour}
+	// ArchiveIntervalRange bounds Registrar.ArchiveInterval: a row due more than a year after its
+	// agent went idle is an oplog nobody will see archived.
+	ArchiveIntervalRange = Range[time.Duration]{0, 366 * 24 * time.Hour}
+)
+
+// Validate reports every field outside its range, joined, each naming the field, its value and the
+// range. A zero field is valid: it takes the default.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Owner == "" {
+		errs = append(errs, errors.New("schedule owner is empty: every process sharing the table needs a name of its own"))
+	}
+	errs = append(errs,
+		checkRange("poll_interval", c.PollInterval, PollIntervalRange),
+		checkRange("lease", c.Lease, LeaseRange),
+		checkRange("concurrency", c.Concurrency, ConcurrencyRange),
+		checkRange("max_attempts", c.MaxAttempts, MaxAttemptsRange),
+		checkRange("backoff_base", c.BackoffBase, BackoffRange),
+		checkRange("backoff_max", c.BackoffMax, BackoffRange),
+	)
+	if c.ShutdownGrace > ShutdownGraceRange.Max {
+		errs = append(errs, fmt.Errorf("schedule shutdown_grace %v: want a negative value (none), 0 (the default) or up to %v",
+			c.ShutdownGrace, ShutdownGraceRange.Max))
+	}
+	return errors.Join(errs...)
+}
+
+// checkRange accepts zero (the default) or a value within r.
+func checkRange[T int | time.Duration](name string, v T, r Range[T]) error {
+	if v == 0 || r.Contains(v) {
+		return nil
+	}
+	return fmt.Errorf("schedule %s %v: want 0 (the default) or from %v to %v", name, v, r.Min, r.Max)
+}
+
 func (c Config) withDefaults() Config {
-	if c.PollInterval <= 0 {
+	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
 	}
-	if c.Lease <= 0 {
+	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
-	if c.Concurrency < 1 {
+	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.MaxAttempts < 1 {
+	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
-	if c.BackoffBase <= 0 {
+	if c.BackoffBase == 0 {
 		c.BackoffBase = DefaultBackoffBase
 	}
-	if c.BackoffMax <= 0 {
+	if c.BackoffMax == 0 {
 		c.BackoffMax = DefaultBackoffMax
+	}
+	switch {
+	case c.ShutdownGrace == 0:
+		c.ShutdownGrace = DefaultShutdownGrace
+	case c.ShutdownGrace < 0:
+		c.ShutdownGrace = 0
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -76,10 +154,15 @@ func RetryDelay(attempts int, base, maxDelay time.Duration) time.Duration {
 // Handler runs one claimed row. A nil error acknowledges the row; an error retries it with backoff.
 type Handler func(ctx context.Context, row Row) error
 
-// Tally counts what a RunOnce did.
+// Tally counts what a RunOnce did. Cut rows were stopped by cancellation before they finished and
+// were left to their leases.
 type Tally struct {
-	Claimed, Succeeded, Retried, Failed, LeaseLost int
+	Claimed, Succeeded, Retried, Failed, LeaseLost, Cut int
 }
+
+// ErrShutdownGrace is the cause of a row's context cancelled because Run's shutdown grace elapsed
+// (context.Cause).
+var ErrShutdownGrace = errors.New("scheduler shutdown grace elapsed")
 
 // Scheduler claims the due rows of the shards it owns and runs them with bounded concurrency.
 type Scheduler struct {
@@ -90,15 +173,23 @@ type Scheduler struct {
 	log    *slog.Logger
 }
 
-// NewScheduler returns a scheduler over store for the shards shards() returns at each claim.
-func NewScheduler(store Store, handle Handler, shards func() []int, cfg Config, log *slog.Logger) *Scheduler {
+// NewScheduler returns a scheduler over store for the shards shards() returns at each claim, or
+// cfg.Validate's error.
+func NewScheduler(store Store, handle Handler, shards func() []int, cfg Config, log *slog.Logger) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || handle == nil || shards == nil {
+		return nil, errors.New("schedule: NewScheduler needs a store, a handler and a shards function")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Scheduler{store: store, handle: handle, shards: shards, cfg: cfg.withDefaults(), log: log}
+	return &Scheduler{store: store, handle: handle, shards: shards, cfg: cfg.withDefaults(), log: log}, nil
 }
 
-// RunOnce claims up to Concurrency due rows and runs them all to completion.
+// RunOnce claims up to Concurrency due rows and runs them all to completion, or until ctx is
+// cancelled: a row cut that way is left to its lease.
 func (s *Scheduler) RunOnce(ctx context.Context) (Tally, error) {
 	rows, err := s.claim(ctx, s.cfg.Concurrency)
 	if err != nil || len(rows) == 0 {
@@ -120,17 +211,22 @@ func (s *Scheduler) RunOnce(ctx context.Context) (Tally, error) {
 }
 
 // Run keeps up to Concurrency rows running, polling every PollInterval for more, until ctx is
-// cancelled; then it stops claiming and waits for the rows under way, which finish with their leases
-// renewed (an archive step is not cut in the middle by shutdown).
+// cancelled. Then it stops claiming and gives the rows under way ShutdownGrace to finish, their leases
+// still renewed; the rows still running after it are cancelled, and Run returns once they have
+// returned. A cut row loses nothing: it is left claimed, and runs again when its lease expires.
 func (s *Scheduler) Run(ctx context.Context) error {
+	// The rows' context outlives ctx by the grace, so a shutdown does not cut a step that is about to
+	// finish, and a black-holed store cannot hold the shutdown longer than the grace.
+	rowCtx, cut := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cut(nil)
 	slots := make(chan struct{}, s.cfg.Concurrency)
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			s.drain(&wg, cut)
 			return nil
 		case <-timer.C:
 		}
@@ -144,12 +240,32 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				slots <- struct{}{}
 				wg.Go(func() {
 					defer func() { <-slots }()
-					s.run(context.WithoutCancel(ctx), r)
+					s.run(rowCtx, r)
 				})
 			}
 		}
 		timer.Reset(s.cfg.PollInterval)
 	}
+}
+
+// drain waits for the rows under way, cutting them once the shutdown grace has elapsed.
+func (s *Scheduler) drain(wg *sync.WaitGroup, cut context.CancelCauseFunc) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(s.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	}
+	s.log.Warn("shutdown grace elapsed: cancelling the scheduled actions under way; their leases bring them back",
+		"grace", s.cfg.ShutdownGrace)
+	cut(ErrShutdownGrace)
+	<-done
 }
 
 func (s *Scheduler) claim(ctx context.Context, limit int) ([]Row, error) {
@@ -167,6 +283,7 @@ const (
 	resultRetried
 	resultFailed
 	resultLeaseLost
+	resultCut
 )
 
 func (t *Tally) add(r result) {
@@ -179,10 +296,14 @@ func (t *Tally) add(r result) {
 		t.Failed++
 	case resultLeaseLost:
 		t.LeaseLost++
+	case resultCut:
+		t.Cut++
 	}
 }
 
-// run runs one row with its lease renewed every Lease/3, then acknowledges or releases it.
+// run runs one row with its lease renewed every Lease/3, then acknowledges or releases it. A row whose
+// ctx was cancelled (shutdown) and that did not succeed is neither: releasing it would count the cut as
+// a failed attempt, so it is left to its lease.
 func (s *Scheduler) run(ctx context.Context, row Row) result {
 	runCtx, cancel := context.WithCancel(ctx)
 	renewed := make(chan struct{})
@@ -213,6 +334,11 @@ func (s *Scheduler) run(ctx context.Context, row Row) result {
 			return resultLeaseLost
 		}
 		return resultSucceeded
+	}
+	if ctx.Err() != nil {
+		s.log.Info("scheduled action cut by shutdown; it runs again when its lease expires", "id", row.ID,
+			"agent", row.Action.Agent.Key(), "cause", context.Cause(ctx))
+		return resultCut
 	}
 	failed := row.Attempts >= s.cfg.MaxAttempts
 	retryAt := s.cfg.Now().Add(RetryDelay(row.Attempts, s.cfg.BackoffBase, s.cfg.BackoffMax))
