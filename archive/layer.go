@@ -15,8 +15,10 @@ import (
 type nextChunk func(ctx context.Context, from oplog.Index) (last oplog.Index, data []byte, ok bool, err error)
 
 // readChunks implements Layer.Read over chunks stored under their last index. Overlapping chunks (two
-// archivers raced) are tolerated: each index is returned once. Memory is the result plus one decoded
-// chunk.
+// archivers raced) are tolerated: each index is returned once. The result is contiguous: after the
+// first chunk, a chunk that starts above the cursor ends the read, since the indices in between are
+// missing here (a concurrent step dropped them after moving them below); the caller reads on from the
+// end of the run. Memory is the result plus one decoded chunk.
 func readChunks(ctx context.Context, layer string, agent oplog.AgentID, from, to oplog.Index, limit oplog.ReadLimit, next nextChunk) ([]oplog.Entry, error) {
 	var out []oplog.Entry
 	size := 0
@@ -31,6 +33,9 @@ func readChunks(ctx context.Context, layer string, agent oplog.AgentID, from, to
 		}
 		if err != nil {
 			return out, fmt.Errorf("%s: agent %s, chunk stored under index %d: %w", layer, agent, last, err)
+		}
+		if len(out) > 0 && entries[0].Index > cursor {
+			return out, nil
 		}
 		for _, e := range entries {
 			if e.Index < cursor {

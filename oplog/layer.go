@@ -51,9 +51,12 @@ type Layer interface {
 	// Name identifies the layer in logs, errors and routes: "primary", "compressed-1", "blob-0".
 	Name() string
 
-	// Read returns the entries this layer holds with from ≤ index ≤ to, ascending and each index once,
-	// stopping when limit is reached. A layer whose chunks overlap (two archivers raced) still returns
-	// each index once. An empty result means the layer holds nothing in the range.
+	// Read returns the entries this layer holds with from ≤ index ≤ to, ascending, each index once and
+	// contiguous: it starts at the first index ≥ from the layer holds and stops at limit, at to, or at
+	// the first index after that the layer does not hold (a hole, or entries a concurrent step dropped
+	// during the read), so a result never hides a gap; the caller reads on from the index after the
+	// last one returned. A layer whose chunks overlap (two archivers raced) still returns each index
+	// once. An empty result means the layer holds nothing in the range.
 	Read(ctx context.Context, agent AgentID, mode Mode, from, to Index, limit ReadLimit) ([]Entry, error)
 
 	// FirstIndex and LastIndex return the smallest and greatest index the layer holds; false when it

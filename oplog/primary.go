@@ -33,27 +33,48 @@ func (p *Primary) ScanAgents(context.Context, Mode, is.Resume, int) (is.Page, er
 // its limit.
 const primaryReadBatch = 256
 
+// Read reads windows of primaryReadBatch ids. A window that finds nothing before anything was read
+// jumps to the first entry at or above it (a read from index 1 of an oplog archived up to T costs one
+// call more, not T/256); once entries were read, a missing id ends the run, so that a drop racing the
+// read (or a hole a writer left) never yields a result with a gap.
 func (p *Primary) Read(ctx context.Context, agent AgentID, mode Mode, from, to Index, limit ReadLimit) ([]Entry, error) {
 	limit = limit.normalized()
+	ns, key := PrimaryNamespace(mode), agent.Key()
 	var out []Entry
 	size := 0
-	for next := from; next <= to && !limit.Full(len(out), size); {
-		batchEnd := min(uint64(to), uint64(next)+uint64(min(primaryReadBatch, limit.Entries-len(out)))-1)
-		rows, err := p.st.Read(ctx, PrimaryNamespace(mode), agent.Key(), uint64(next), batchEnd)
+	for next := max(from, 1); next <= to && !limit.Full(len(out), size); {
+		batchEnd := Index(min(uint64(to), uint64(next)+uint64(min(primaryReadBatch, limit.Entries-len(out)))-1))
+		rows, err := p.st.Read(ctx, ns, key, uint64(next), uint64(batchEnd))
 		if err != nil {
 			return out, fmt.Errorf("read primary oplog of %s: %w", agent, err)
 		}
+		if len(rows) == 0 && len(out) == 0 && batchEnd < to {
+			e, ok, err := p.st.Closest(ctx, ns, key, uint64(next))
+			if err != nil {
+				return out, fmt.Errorf("read primary oplog of %s: %w", agent, err)
+			}
+			if !ok || Index(e.ID) > to {
+				return out, nil
+			}
+			out = append(out, Entry{Index: Index(e.ID), Payload: e.Value})
+			size += len(e.Value)
+			next = Index(e.ID) + 1
+			continue
+		}
 		for _, r := range rows {
-			if limit.Full(len(out), size) {
+			if len(out) > 0 && Index(r.ID) != out[len(out)-1].Index+1 || limit.Full(len(out), size) {
 				return out, nil
 			}
 			out = append(out, Entry{Index: Index(r.ID), Payload: r.Value})
 			size += len(r.Value)
 		}
-		if batchEnd >= uint64(to) {
+		if len(out) == 0 || out[len(out)-1].Index != batchEnd {
+			return out, nil // nothing in the range, or the run ended inside this window
+		}
+		if batchEnd >= to {
 			break
 		}
-		next = Index(batchEnd + 1)
+		next = batchEnd + 1
 	}
 	return out, nil
 }
