@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -87,6 +88,81 @@ func TestMetrics_NamesLabelsAndCountsReadBack(t *testing.T) {
 	}
 	if len(truncated) != 0 {
 		t.Fatalf("untruncated ticks counted as truncated: %v", truncated)
+	}
+}
+
+// gaugePoints collects every int64 and float64 gauge point, keyed "name{label=value}" (or the name alone).
+func gaugePoints(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	key := func(name string, attrs attribute.Set) string {
+		if reason, ok := attrs.Value("reason"); ok {
+			return name + "{reason=" + reason.AsString() + "}"
+		}
+		return name
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch data := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				for _, p := range data.DataPoints {
+					out[key(m.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range data.DataPoints {
+					out[key(m.Name, p.Attributes)] = p.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestMetrics_StandingDownShowsItsReasonAndTheTickAge(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	reason := "residency_stale"
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) {
+		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		o.StandDown = func() (string, string) { return reason, "stale" }
+	}))
+	g := gaugePoints(t, reader)
+	for _, r := range []string{sweeper.StandDownNoAssignment, sweeper.StandDownNoShards, sweeper.StandDownLeaseLapsed} {
+		if v, ok := g["oplog_sweep_standing_down{reason="+r+"}"]; !ok || v != 0 {
+			t.Fatalf("before any tick, standing_down{%s} = %v (present %v), want 0: %v", r, v, ok, g)
+		}
+	}
+	e.tick()
+	g = gaugePoints(t, reader)
+	if g["oplog_sweep_standing_down{reason=residency_stale}"] != 1 || g["oplog_sweep_standing_down{reason=no_assignment}"] != 0 {
+		t.Fatalf("stood down for residency_stale: %v", g)
+	}
+	reason = ""
+	e.setAssignment(sweeper.Assignment{}, false)
+	e.tick()
+	g = gaugePoints(t, reader)
+	if g["oplog_sweep_standing_down{reason=residency_stale}"] != 0 || g["oplog_sweep_standing_down{reason=no_assignment}"] != 1 {
+		t.Fatalf("stood down for no_assignment: %v", g)
+	}
+	if age, ok := g["oplog_sweep_tick_age"]; !ok || age != 0 {
+		t.Fatalf("tick age between ticks = %v (present %v), want 0", age, ok)
+	}
+	// During a tick the age is the time since it began.
+	e.setAssignment(sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true)
+	strandMany(e, 1)
+	var during float64
+	e.st.set(func(p *probe) {
+		p.onPage = func(int) {
+			time.Sleep(time.Millisecond)
+			during = gaugePoints(t, reader)["oplog_sweep_tick_age"]
+		}
+	})
+	e.tick()
+	if during <= 0 {
+		t.Fatalf("tick age during a tick = %v, want it above 0", during)
 	}
 }
 
