@@ -184,15 +184,24 @@ func (s *Sidecar) postSweep(w http.ResponseWriter, _ *http.Request) error {
 
 func (s *Sidecar) getStatus(w http.ResponseWriter, _ *http.Request) {
 	st := s.sweeper.Status()
+	var current any // null between ticks
+	if st.Current != nil {
+		current = map[string]any{"start": st.Current.Start, "age_seconds": s.now().Sub(st.Current.Start).Seconds(),
+			"phase": st.Current.Phase, "route": st.Current.Route,
+			"agents_started": st.Current.Started, "agents_done": st.Current.Done}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"sweep": map[string]any{
 			"enabled":           s.cfg.Sweep.Enabled,
 			"routes":            s.sweeper.Routes(),
+			"current":           current,
 			"last":              ReportJSON(st.Last),
 			"passes":            st.Passes,
 			"tracked_agents":    st.Tracked,
 			"deadline_hits":     st.DeadlineHits,
 			"next_wait_seconds": st.NextWait.Seconds(),
+			"standing_down":     st.StandDownReason,
+			"unreadable":        orEmpty(st.Unreadable),
 		},
 		"feed":    s.feed.status(),
 		"storage": s.storageStatus(),
@@ -233,13 +242,23 @@ func ReportJSON(rep sweeper.Report) map[string]any {
 			"route": rr.Route, "outcomes": rr.Outcomes, "scanned": rr.Scanned, "pages": rr.Pages,
 			"pass_completed": rr.PassCompleted, "truncated": rr.Truncated, "errors": rr.Errors,
 			"moved_entries": rr.Moved, "moved_bytes": rr.Bytes, "archived": archived,
+			"unreadable": orEmpty(rr.Unreadable),
 		})
 	}
 	return map[string]any{
 		"start": rep.Start, "duration_seconds": rep.Duration.Seconds(), "disabled": rep.Disabled,
-		"stood_down": rep.StoodDown, "unassigned": rep.Unassigned, "unassigned_reason": rep.UnassignedReason,
+		"stand_down_reason": rep.StandDownReason,
+		"stood_down":        rep.StoodDown, "unassigned": rep.Unassigned, "unassigned_reason": rep.UnassignedReason,
 		"outcomes": rep.Outcomes, "truncated": rep.Truncated, "deadline_hit": rep.DeadlineHit,
 		"deadline_hits": rep.DeadlineHits, "next_wait_seconds": rep.NextWait.Seconds(), "tracked_agents": rep.Tracked,
 		"routes": routes,
 	}
+}
+
+// orEmpty shows a nil list as [] rather than null.
+func orEmpty[T any](list []T) []T {
+	if list == nil {
+		return []T{}
+	}
+	return list
 }

@@ -166,6 +166,16 @@ func TestAPI_StaleResidencyStandsTheSweepDown(t *testing.T) {
 	if !inLevel1(t, s, a) {
 		t.Fatal("archived on a stale residency feed")
 	}
+	// Standing down shows in a metric with its reason and in the status, not only in the report.
+	_, body := call(t, srv, "GET", "/metrics", "", nil)
+	for _, want := range []string{`oplog_sweep_standing_down{reason="residency_stale"} 1`, `oplog_sweep_standing_down{reason="no_assignment"} 0`} {
+		if !strings.Contains(body["raw"].(string), want) {
+			t.Fatalf("/metrics lacks %s:\n%s", want, body["raw"])
+		}
+	}
+	if _, status := call(t, srv, "GET", "/v1/status", "", nil); status["sweep"].(map[string]any)["standing_down"] != StandDownResidencyStale {
+		t.Fatalf("status: %v", status["sweep"])
+	}
 	call(t, srv, "PUT", "/v1/residency", "", jsonBody(map[string]any{"agents": []string{}}))
 	call(t, srv, "POST", "/v1/sweep", "", nil)
 	call(t, srv, "POST", "/v1/sweep", "", nil)
