@@ -69,6 +69,8 @@ type Sweep struct {
 	MaxTrackedAgents    int           `toml:"max_tracked_agents"`
 	MaxTickDuration     time.Duration `toml:"max_tick_duration"`
 	MaxBackoffIntervals int           `toml:"max_backoff_intervals"`
+	MaxAgentDuration    time.Duration `toml:"max_agent_duration"`
+	ShutdownGrace       time.Duration `toml:"shutdown_grace"` // the scheduler's too: one grace for the process
 }
 
 // HTTP is [http]: the sidecar's server.
@@ -114,6 +116,8 @@ func Default() Config {
 			MaxTrackedAgents:    sw.MaxTrackedAgents,
 			MaxTickDuration:     sw.MaxTickDuration,
 			MaxBackoffIntervals: sw.MaxBackoffIntervals,
+			MaxAgentDuration:    sw.MaxAgentDuration,
+			ShutdownGrace:       sw.ShutdownGrace,
 		},
 		HTTP:      HTTP{Listen: "127.0.0.1:9464", MaxBodyBytes: 1 << 20},
 		Residency: Residency{TTL: 2 * time.Minute},
@@ -160,20 +164,28 @@ func (c Config) SweeperConfig() sweeper.Config {
 		MaxTrackedAgents:    s.MaxTrackedAgents,
 		MaxTickDuration:     s.MaxTickDuration,
 		MaxBackoffIntervals: s.MaxBackoffIntervals,
+		MaxAgentDuration:    s.MaxAgentDuration,
+		ShutdownGrace:       s.ShutdownGrace,
 	}
 }
 
-// ScheduleConfig is the [schedule] section as the scheduler takes it, for the process named owner.
+// ScheduleConfig is the [schedule] section as the scheduler takes it, for the process named owner,
+// with sweep.shutdown_grace as its shutdown grace (one grace for the process).
 // schedule.archive_interval is not part of it: it goes to schedule.Registrar.ArchiveInterval. The
 // retry backoff is not configurable and keeps the scheduler's defaults.
 func (c Config) ScheduleConfig(owner string) schedule.Config {
 	s := c.Schedule
+	grace := c.Sweep.ShutdownGrace
+	if grace == 0 {
+		grace = -1 // 0 cancels at once here; in schedule.Config it would mean the default
+	}
 	return schedule.Config{
-		Owner:        owner,
-		PollInterval: s.PollInterval,
-		Lease:        s.Lease,
-		Concurrency:  s.Concurrency,
-		MaxAttempts:  s.MaxAttempts,
+		Owner:         owner,
+		PollInterval:  s.PollInterval,
+		Lease:         s.Lease,
+		Concurrency:   s.Concurrency,
+		MaxAttempts:   s.MaxAttempts,
+		ShutdownGrace: grace,
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,8 @@ var samples = map[string]any{
 	"sweep.max_tracked_agents":    5000,
 	"sweep.max_tick_duration":     10 * time.Second,
 	"sweep.max_backoff_intervals": 0,
+	"sweep.max_agent_duration":    5 * time.Second,
+	"sweep.shutdown_grace":        10 * time.Second,
 	"http.listen":                 "[::1]:9999",
 	"http.token":                  "s3cret-Token_1",
 	"http.max_body_bytes":         4096,
@@ -51,24 +54,26 @@ var disallowed = map[string][]any{
 	"storage.url":                 {"mysql://db/strata", "", "memory://somewhere", "strata.db"},
 	"blob.url":                    {"s3://bucket/blobs", "sqlite:blobs.db", "memory://x"},
 	"schedule.url":                {"redis://127.0.0.1:6379/0", "multisqlite:dir", "fs:dir"},
-	"schedule.archive_interval":   {-time.Second},
-	"schedule.lease":              {time.Duration(0), -time.Second},
-	"schedule.concurrency":        {0, -1},
-	"schedule.max_attempts":       {0},
-	"schedule.poll_interval":      {time.Duration(0), -time.Millisecond},
+	"schedule.archive_interval":   {-time.Second, 367 * 24 * time.Hour},
+	"schedule.lease":              {time.Duration(0), -time.Second, 2 * time.Nanosecond, 999 * time.Millisecond, 25 * time.Hour},
+	"schedule.concurrency":        {0, -1, 1025, math.MaxInt},
+	"schedule.max_attempts":       {0, 1001},
+	"schedule.poll_interval":      {time.Duration(0), -time.Millisecond, 9 * time.Millisecond, 61 * time.Minute},
 	"stack.compressed_levels":     {0, 9, -1},
-	"sweep.interval":              {-time.Millisecond},
-	"sweep.page_size":             {0, -3},
-	"sweep.max_concurrency":       {0},
-	"sweep.max_archives_per_tick": {0},
-	"sweep.max_scanned_per_tick":  {0},
-	"sweep.max_tracked_agents":    {0},
-	"sweep.max_tick_duration":     {-time.Second},
-	"sweep.max_backoff_intervals": {-1},
+	"sweep.interval":              {-time.Millisecond, 25 * time.Hour},
+	"sweep.page_size":             {0, -3, 10_001},
+	"sweep.max_concurrency":       {0, 1025},
+	"sweep.max_archives_per_tick": {0, 1_000_001},
+	"sweep.max_scanned_per_tick":  {0, math.MaxInt},
+	"sweep.max_tracked_agents":    {0, 100_000_001},
+	"sweep.max_tick_duration":     {-time.Second, 25 * time.Hour},
+	"sweep.max_backoff_intervals": {-1, 1025},
+	"sweep.max_agent_duration":    {-time.Second, 25 * time.Hour},
+	"sweep.shutdown_grace":        {-time.Second, 61 * time.Minute},
 	"http.listen":                 {"9464", "localhost", "127.0.0.1:99999", "127.0.0.1:http", ""},
 	"http.token":                  {"two words", "tab\there", "ünïcode"},
-	"http.max_body_bytes":         {0, -1},
-	"residency.ttl":               {time.Duration(0), -2 * time.Minute},
+	"http.max_body_bytes":         {0, -1, 255, 1<<30 + 1},
+	"residency.ttl":               {time.Duration(0), -2 * time.Minute, 999 * time.Millisecond, 25 * time.Hour},
 	"log.level":                   {"verbose", "INFO", ""},
 	"log.format":                  {"yaml", "JSON"},
 }
@@ -254,7 +259,14 @@ func TestKeys_DisallowedValueIsRejectedNamingTheKeyTheValueAndWhatIsAllowed(t *t
 
 func TestValidate_TheExampleMessages(t *testing.T) {
 	_, err := Parse([]byte("[sweep]\npage_size = -3\n"), nil)
-	requireOneError(t, err, "sweep.page_size: -3 is not allowed: want an integer ≥ 1")
+	requireOneError(t, err, "sweep.page_size: -3 is not allowed: want an integer from 1 to 10000")
+	_, err = Parse([]byte("[schedule]\nlease = \"2ns\"\n"), nil)
+	requireOneError(t, err, `schedule.lease: "2ns" is not allowed: want a duration from 1s to 24h`)
+	_, err = Parse([]byte("[sweep]\nmax_scanned_per_tick = 9223372036854775807\n"), nil)
+	requireOneError(t, err, "sweep.max_scanned_per_tick: 9223372036854775807 is not allowed: want an integer from 1 to 100000000")
+	_, err = Parse(nil, []string{"STRATA_SCHEDULE_ARCHIVE_INTERVAL=9000h"})
+	requireOneError(t, err, `STRATA_SCHEDULE_ARCHIVE_INTERVAL (schedule.archive_interval): "9000h" is not allowed: `+
+		"want a duration from 0 to 8784h (366 days)")
 	_, err = Parse(nil, []string{"STRATA_SWEEP_PAGE_SIZE=abc"})
 	requireOneError(t, err, `STRATA_SWEEP_PAGE_SIZE (sweep.page_size): "abc" is not an integer`)
 }
@@ -271,9 +283,49 @@ func TestValidate_ReportsEveryProblem(t *testing.T) {
 	}
 }
 
-// The key table's rules for [sweep] are meant to be sweeper.Config.Validate's: at each boundary they
-// must agree.
+// Every count and duration has a range with both bounds: no value validates and then overflows, or
+// divides or ticks to nothing.
+func TestKeys_EveryCountAndDurationIsBoundedBothWays(t *testing.T) {
+	for _, s := range specs {
+		var extremes []any
+		switch s.kind {
+		case kindInt:
+			extremes = []any{math.MinInt, -1, math.MaxInt}
+		case kindDuration:
+			extremes = []any{time.Duration(math.MinInt64), -time.Nanosecond, time.Duration(math.MaxInt64)}
+		default:
+			continue
+		}
+		if s.rule.ok == nil {
+			t.Errorf("%s has no range", s.key)
+			continue
+		}
+		for _, v := range extremes {
+			if s.rule.ok(v) {
+				t.Errorf("%s allows %v", s.key, v)
+			}
+		}
+	}
+}
+
+// probes are the values at and beside the bounds of the given ranges, and beyond them all.
+func probes[T int | time.Duration](step T, ranges ...struct{ Min, Max T }) []T {
+	out := []T{-step, 0, step, 2 * step, math.MaxInt64}
+	for _, r := range ranges {
+		out = append(out, r.Min-step, r.Min, r.Max, r.Max+step)
+	}
+	return out
+}
+
+// The key table's rules for [sweep] are sweeper.Config.Validate's: at the bounds of every sweep range
+// they must agree.
 func TestValidate_SweepRulesAgreeWithTheSweeper(t *testing.T) {
+	ints := probes(1, struct{ Min, Max int }(sweeper.PageSizeRange), struct{ Min, Max int }(sweeper.MaxConcurrencyRange),
+		struct{ Min, Max int }(sweeper.MaxArchivesPerTickRange), struct{ Min, Max int }(sweeper.MaxScannedPerTickRange),
+		struct{ Min, Max int }(sweeper.MaxTrackedAgentsRange), struct{ Min, Max int }(sweeper.MaxBackoffIntervalsRange))
+	durations := probes(time.Nanosecond, struct{ Min, Max time.Duration }(sweeper.IntervalRange),
+		struct{ Min, Max time.Duration }(sweeper.MaxTickDurationRange), struct{ Min, Max time.Duration }(sweeper.MaxAgentDurationRange),
+		struct{ Min, Max time.Duration }(sweeper.ShutdownGraceRange))
 	for _, s := range specs {
 		if s.sec.name != "sweep" || s.rule.ok == nil {
 			continue
@@ -281,9 +333,13 @@ func TestValidate_SweepRulesAgreeWithTheSweeper(t *testing.T) {
 		var values []any
 		switch s.kind {
 		case kindInt:
-			values = []any{-1, 0, 1, 2}
+			for _, v := range ints {
+				values = append(values, v)
+			}
 		case kindDuration:
-			values = []any{-time.Nanosecond, time.Duration(0), time.Nanosecond}
+			for _, v := range durations {
+				values = append(values, v)
+			}
 		}
 		for _, v := range values {
 			c := Default()
@@ -291,6 +347,60 @@ func TestValidate_SweepRulesAgreeWithTheSweeper(t *testing.T) {
 			if ours, theirs := s.rule.ok(v), c.SweeperConfig().Validate() == nil; ours != theirs {
 				t.Errorf("%s = %v: the key table allows it: %v; sweeper.Config.Validate allows it: %v", s.key, v, ours, theirs)
 			}
+		}
+	}
+}
+
+// The key table's rules for [schedule] are the scheduler's: schedule.Config.Validate's (where 0, which
+// the file never means, is the scheduler's default) and, for archive_interval, the registrar's range.
+func TestValidate_ScheduleRulesAgreeWithTheScheduler(t *testing.T) {
+	ints := probes(1, struct{ Min, Max int }(schedule.ConcurrencyRange), struct{ Min, Max int }(schedule.MaxAttemptsRange))
+	durations := probes(time.Nanosecond, struct{ Min, Max time.Duration }(schedule.LeaseRange),
+		struct{ Min, Max time.Duration }(schedule.PollIntervalRange), struct{ Min, Max time.Duration }(schedule.ArchiveIntervalRange))
+	for _, s := range specs {
+		if s.sec.name != "schedule" || s.rule.ok == nil || (s.kind != kindInt && s.kind != kindDuration) {
+			continue
+		}
+		var values []any
+		for _, v := range ints {
+			if s.kind == kindInt {
+				values = append(values, v)
+			}
+		}
+		for _, v := range durations {
+			if s.kind == kindDuration {
+				values = append(values, v)
+			}
+		}
+		for _, v := range values {
+			c := Default()
+			s.set(&c, v)
+			var theirs bool
+			switch {
+			case s.name == "archive_interval":
+				theirs = schedule.ArchiveIntervalRange.Contains(v.(time.Duration))
+			case v == 0 || v == time.Duration(0):
+				continue
+			default:
+				theirs = c.ScheduleConfig("me").Validate() == nil
+			}
+			if ours := s.rule.ok(v); ours != theirs {
+				t.Errorf("%s = %v: the key table allows it: %v; the scheduler allows it: %v", s.key, v, ours, theirs)
+			}
+		}
+	}
+}
+
+// sweep.shutdown_grace is the scheduler's grace too, so both must take the same values.
+func TestValidate_OneShutdownGraceForTheProcess(t *testing.T) {
+	if sweeper.ShutdownGraceRange.Min != schedule.ShutdownGraceRange.Min || sweeper.ShutdownGraceRange.Max != schedule.ShutdownGraceRange.Max {
+		t.Fatalf("sweeper.ShutdownGraceRange %v, schedule.ShutdownGraceRange %v", sweeper.ShutdownGraceRange, schedule.ShutdownGraceRange)
+	}
+	for _, grace := range []time.Duration{0, time.Nanosecond, time.Hour} {
+		c := Default()
+		c.Sweep.ShutdownGrace = grace
+		if err := c.Validate(); err != nil {
+			t.Errorf("shutdown_grace %v: %v", grace, err)
 		}
 	}
 }
@@ -315,7 +425,7 @@ interval = "1s"
 	}
 	sections := "[storage], [blob], [schedule], [stack], [sweep], [http], [residency], [log]"
 	keys := "enabled, interval, page_size, max_concurrency, max_archives_per_tick, max_scanned_per_tick, " +
-		"max_tracked_agents, max_tick_duration, max_backoff_intervals"
+		"max_tracked_agents, max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace"
 	want := []string{
 		"top: unknown key outside any section: every key belongs to one of " + sections,
 		"executor: unknown section: want one of " + sections,
@@ -340,9 +450,9 @@ func TestFile_ASectionThatIsNotATableIsRejected(t *testing.T) {
 }
 
 func TestFile_InlineTablesAndDottedKeysSetKeys(t *testing.T) {
-	c, err := Parse([]byte("sweep = { page_size = 3 }\nlog.level = \"debug\"\n[http]\nmax_body_bytes = 10\n"), nil)
-	if err != nil || c.Sweep.PageSize != 3 || c.Log.Level != "debug" || c.HTTP.MaxBodyBytes != 10 {
-		t.Fatalf("page_size %d, log.level %q, max_body_bytes %d, %v; want 3, debug, 10", c.Sweep.PageSize, c.Log.Level, c.HTTP.MaxBodyBytes, err)
+	c, err := Parse([]byte("sweep = { page_size = 3 }\nlog.level = \"debug\"\n[http]\nmax_body_bytes = 1000\n"), nil)
+	if err != nil || c.Sweep.PageSize != 3 || c.Log.Level != "debug" || c.HTTP.MaxBodyBytes != 1000 {
+		t.Fatalf("page_size %d, log.level %q, max_body_bytes %d, %v; want 3, debug, 1000", c.Sweep.PageSize, c.Log.Level, c.HTTP.MaxBodyBytes, err)
 	}
 }
 
@@ -378,7 +488,7 @@ func TestEnv_UnknownKeyUnderAKnownSectionIsRejected(t *testing.T) {
 	for variable, want := range map[string]string{
 		"STRATA_SWEEP_PAGESIZE=64": `STRATA_SWEEP_PAGESIZE: [sweep] has no key "pagesize": want STRATA_SWEEP_<KEY> with a key of ` +
 			"enabled, interval, page_size, max_concurrency, max_archives_per_tick, max_scanned_per_tick, max_tracked_agents, " +
-			"max_tick_duration, max_backoff_intervals",
+			"max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace",
 		"STRATA_LOG_COLOR=1":  `STRATA_LOG_COLOR: [log] has no key "color": want STRATA_LOG_<KEY> with a key of level, format`,
 		"STRATA_HTTP=x":       `STRATA_HTTP: [http] has no key "": want STRATA_HTTP_<KEY> with a key of listen, token, max_body_bytes`,
 		"STRATA_RESIDENCY_=x": `STRATA_RESIDENCY_: [residency] has no key "": want STRATA_RESIDENCY_<KEY> with a key of ttl`,
@@ -491,11 +601,21 @@ func TestScheduleConfig_CarriesTheSection(t *testing.T) {
 	c.Schedule.PollInterval = 2 * time.Second
 	c.Schedule.Concurrency = 7
 	c.Schedule.MaxAttempts = 3
+	c.Sweep.ShutdownGrace = 5 * time.Second
 	got := c.ScheduleConfig("sidecar-1")
-	want := schedule.Config{Owner: "sidecar-1", PollInterval: 2 * time.Second, Lease: time.Minute, Concurrency: 7, MaxAttempts: 3}
-	if got.Owner != want.Owner || got.PollInterval != want.PollInterval || got.Lease != want.Lease ||
-		got.Concurrency != want.Concurrency || got.MaxAttempts != want.MaxAttempts || got.BackoffBase != 0 || got.BackoffMax != 0 || got.Now != nil {
+	want := schedule.Config{Owner: "sidecar-1", PollInterval: 2 * time.Second, Lease: time.Minute, Concurrency: 7, MaxAttempts: 3,
+		ShutdownGrace: 5 * time.Second}
+	if got.Owner != want.Owner || got.PollInterval != want.PollInterval || got.Lease != want.Lease || got.Concurrency != want.Concurrency ||
+		got.MaxAttempts != want.MaxAttempts || got.ShutdownGrace != want.ShutdownGrace || got.BackoffBase != 0 || got.BackoffMax != 0 || got.Now != nil {
 		t.Fatalf("ScheduleConfig = %+v; want %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// sweep.shutdown_grace = 0 cancels at once; a zero schedule.Config.ShutdownGrace would be its default.
+	c.Sweep.ShutdownGrace = 0
+	if g := c.ScheduleConfig("sidecar-1").ShutdownGrace; g >= 0 {
+		t.Fatalf("shutdown_grace 0 reaches the scheduler as %v; want a negative grace (cut at once)", g)
 	}
 }
 
@@ -507,7 +627,8 @@ func TestSweeperConfig_CarriesTheSection(t *testing.T) {
 		}
 	}
 	want := sweeper.Config{Enabled: false, Interval: 15 * time.Second, PageSize: 64, MaxConcurrency: 2, MaxArchivesPerTick: 1000,
-		MaxScannedPerTick: 10_000, MaxTrackedAgents: 5000, MaxTickDuration: 10 * time.Second, MaxBackoffIntervals: 0}
+		MaxScannedPerTick: 10_000, MaxTrackedAgents: 5000, MaxTickDuration: 10 * time.Second, MaxBackoffIntervals: 0,
+		MaxAgentDuration: 5 * time.Second, ShutdownGrace: 10 * time.Second}
 	if got := c.SweeperConfig(); got != want {
 		t.Fatalf("SweeperConfig = %+v; want %+v", got, want)
 	}

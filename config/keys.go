@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stratalog/strata/oplog/schedule"
 	"github.com/stratalog/strata/sweeper"
 )
 
@@ -31,12 +32,14 @@ var sections = []section{
 		keys: []spec{
 			{name: "url", doc: "URL of the scheduled_actions store; it may name the storage's own SQLite file.", rule: scheduleURL},
 			{name: "archive_interval", doc: "How long after an agent goes idle (or fails, or exits) its scheduled archive row becomes due.",
-				rule: durationAtLeast(0)},
+				rule: durationWithin(schedule.ArchiveIntervalRange)},
 			{name: "lease", doc: "How long a claimed row stays claimed; renewed every lease/3 while the row runs, " +
-				"so a row is taken over only from a process that stopped.", rule: durationAbove(0)},
-			{name: "concurrency", doc: "Rows the scheduler runs at once.", unit: "rows", rule: intAtLeast(1)},
-			{name: "max_attempts", doc: "Attempts a row gets before it is marked failed.", unit: "attempts", rule: intAtLeast(1)},
-			{name: "poll_interval", doc: "How often the scheduler looks for due rows while it has free slots.", rule: durationAbove(0)},
+				"so a row is taken over only from a process that stopped.", rule: durationWithin(schedule.LeaseRange)},
+			{name: "concurrency", doc: "Rows the scheduler runs at once.", unit: "rows", rule: intWithin(schedule.ConcurrencyRange)},
+			{name: "max_attempts", doc: "Attempts a row gets before it is marked failed.", unit: "attempts",
+				rule: intWithin(schedule.MaxAttemptsRange)},
+			{name: "poll_interval", doc: "How often the scheduler looks for due rows while it has free slots.",
+				rule: durationWithin(schedule.PollIntervalRange)},
 		}},
 	{name: "stack", doc: "The shape of the layer stack.",
 		keys: []spec{
@@ -48,23 +51,31 @@ var sections = []section{
 		keys: []spec{
 			{name: "enabled", doc: "Turns the sweep on. It is one switch with the ephemeral registration guard: " +
 				"off, ephemeral agents register scheduled archive rows again."},
-			{name: "interval", doc: "Wait between ticks.", rule: durationAtLeast(0), untuned: true,
+			{name: "interval", doc: "Wait between ticks.", rule: durationWithin(sweeper.IntervalRange), untuned: true,
 				note: fmt.Sprintf("Below %s reads as %[1]s.", formatDuration(sweeper.MinInterval))},
-			{name: "page_size", doc: "Keys one ScanStable call asks for.", unit: "keys", rule: intAtLeast(1), untuned: true},
+			{name: "page_size", doc: "Keys one ScanStable call asks for.", unit: "keys", rule: intWithin(sweeper.PageSizeRange), untuned: true},
 			{name: "max_concurrency", doc: "Agents a tick archives at once, sharing the storage's connections with the invocation path.",
-				unit: "agents", rule: intAtLeast(1), untuned: true},
+				unit: "agents", rule: intWithin(sweeper.MaxConcurrencyRange), untuned: true},
 			{name: "max_archives_per_tick", doc: "Archive attempts a tick may make; declined and failed attempts count.",
-				unit: "archives", rule: intAtLeast(1), untuned: true},
+				unit: "archives", rule: intWithin(sweeper.MaxArchivesPerTickRange), untuned: true},
 			{name: "max_scanned_per_tick", doc: "Keys a tick may examine; soft by one page, since a page is never trimmed.",
-				unit: "keys", rule: intAtLeast(1), untuned: true},
+				unit: "keys", rule: intWithin(sweeper.MaxScannedPerTickRange), untuned: true},
 			{name: "max_tracked_agents", doc: "Backstop on the tracking table: when it is full, new agents go untracked " +
-				"and tracked ones keep updating.", unit: "agents", rule: intAtLeast(1), untuned: true},
+				"and tracked ones keep updating.", unit: "agents", rule: intWithin(sweeper.MaxTrackedAgentsRange), untuned: true},
 			{name: "max_tick_duration", doc: "Wall clock a tick may hold storage before it stops at its next boundary.",
-				rule: durationAtLeast(0), untuned: true,
+				rule: durationWithin(sweeper.MaxTickDurationRange), untuned: true,
 				note: fmt.Sprintf("Below %s reads as %[1]s.", formatDuration(sweeper.MinTickDuration))},
 			{name: "max_backoff_intervals", doc: "Cap on the wait after ticks that hit their deadline: the wait doubles " +
 				"per such tick up to this many intervals, and resets on the first tick inside its deadline.",
-				unit: "intervals", rule: intAtLeast(0), untuned: true, note: "0 reads as 1."},
+				unit: "intervals", rule: intWithin(sweeper.MaxBackoffIntervalsRange), untuned: true, note: "0 reads as 1."},
+			{name: "max_agent_duration", doc: "Timeout of one agent's archive, so a store that stops answering cannot hold " +
+				"a tick longer than max_tick_duration plus this. A cut archive step is safe: the next one converges " +
+				"from where it stopped.", rule: durationWithin(sweeper.MaxAgentDurationRange), untuned: true,
+				note: fmt.Sprintf("0 means max_tick_duration; below %s reads as %[1]s.", formatDuration(sweeper.MinTickDuration))},
+			{name: "shutdown_grace", doc: "How long shutdown waits for the agents the sweep is archiving, and for the " +
+				"scheduled rows running, before it cancels them: one grace for the process. Nothing is lost either way: " +
+				"a cut archive step converges, a cut row runs again when its lease expires.",
+				rule: durationWithin(sweeper.ShutdownGraceRange), untuned: true, note: "0 cancels them at once."},
 		}},
 	{name: "http", doc: "The sidecar's HTTP server: /metrics, /healthz, /readyz and the /v1 endpoints.",
 		keys: []spec{
@@ -72,13 +83,13 @@ var sections = []section{
 			{name: "token", doc: "Bearer token the write endpoints (PUT /v1/assignment, PUT /v1/residency, POST /v1/sweep) " +
 				"require. Empty means none; it must be set when http.listen is not a loopback address.",
 				rule: bearerToken, secret: true},
-			{name: "max_body_bytes", doc: "Largest request body accepted.", unit: "bytes", rule: intAtLeast(1)},
+			{name: "max_body_bytes", doc: "Largest request body accepted.", unit: "bytes", rule: intWithin(maxBodyBytes)},
 		}},
 	{name: "residency", doc: "The residency feed (PUT /v1/residency): the executor's full resident set, which the sweep " +
 		"trusts to skip agents that are in memory.",
 		keys: []spec{
 			{name: "ttl", doc: "Age at which the feed is stale: a feed older than this makes the sweep stand down.",
-				rule: durationAbove(0)},
+				rule: durationWithin(residencyTTL)},
 		}},
 	{name: "log", doc: "The process log, on stderr.",
 		keys: []spec{
@@ -86,6 +97,17 @@ var sections = []section{
 			{name: "format", doc: "Log line format.", rule: oneOf("text", "json")},
 		}},
 }
+
+// The ranges of the sidecar's own settings; the sweep's and the scheduler's come from their packages.
+var (
+	// maxBodyBytes: under 256 bytes even a small assignment with a lease is refused, so every PUT would
+	// fail; over 1 GiB one request could make the sidecar hold more than the residency feed of any
+	// fleet needs.
+	maxBodyBytes = sweeper.Range[int]{Min: 256, Max: 1 << 30}
+	// residencyTTL: under a second the executor would have to send its whole resident set faster than
+	// the sweep ticks, or the sweep stands down; a feed a day old says nothing about what runs now.
+	residencyTTL = sweeper.Range[time.Duration]{Min: time.Second, Max: 24 * time.Hour}
+)
 
 // section is one [table] of the file.
 type section struct {
@@ -118,27 +140,36 @@ type rule struct {
 	ok   func(v any) bool // v is a string, int, bool or time.Duration, by the key's kind
 }
 
-func intAtLeast(lo int) rule {
-	return rule{want: fmt.Sprintf("an integer ≥ %d", lo), ok: func(v any) bool { return v.(int) >= lo }}
-}
-
 func intBetween(lo, hi int) rule {
 	return rule{want: fmt.Sprintf("an integer from %d to %d", lo, hi),
 		ok: func(v any) bool { return v.(int) >= lo && v.(int) <= hi }}
 }
 
-func durationAtLeast(lo time.Duration) rule {
-	return rule{want: "a duration ≥ " + bound(lo), ok: func(v any) bool { return v.(time.Duration) >= lo }}
+func durationBetween(lo, hi time.Duration) rule {
+	return rule{want: "a duration from " + bound(lo) + " to " + bound(hi),
+		ok: func(v any) bool { return v.(time.Duration) >= lo && v.(time.Duration) <= hi }}
 }
 
-func durationAbove(lo time.Duration) rule {
-	return rule{want: "a duration > " + bound(lo), ok: func(v any) bool { return v.(time.Duration) > lo }}
+// intWithin and durationWithin are the rules of a sweeper.Range or a schedule.Range (both are a
+// struct{ Min, Max T }), so the key table and the package that uses the value share one range.
+func intWithin[R ~struct{ Min, Max int }](r R) rule {
+	b := struct{ Min, Max int }(r)
+	return intBetween(b.Min, b.Max)
 }
 
-// bound writes a duration bound: 0 without a unit.
+func durationWithin[R ~struct{ Min, Max time.Duration }](r R) rule {
+	b := struct{ Min, Max time.Duration }(r)
+	return durationBetween(b.Min, b.Max)
+}
+
+// bound writes a duration bound: 0 without a unit, and whole days of two or more also in days.
 func bound(d time.Duration) string {
-	if d == 0 {
+	const day = 24 * time.Hour
+	switch {
+	case d == 0:
 		return "0"
+	case d >= 2*day && d%day == 0:
+		return fmt.Sprintf("%s (%d days)", formatDuration(d), d/day)
 	}
 	return formatDuration(d)
 }

@@ -57,8 +57,8 @@ func init() {
 			s.kind = kindOf(s.key, kf.Type)
 			s.field = append([]int{sf.Index[0]}, kf.Index...)
 			s.sec = sec
-			if s.kind == kindDuration && s.rule.ok == nil {
-				panic("config: " + s.key + " needs a rule: every duration rejects negative values")
+			if (s.kind == kindDuration || s.kind == kindInt) && s.rule.ok == nil {
+				panic("config: " + s.key + " needs a range: every count and duration is bounded both ways")
 			}
 			if byKey[s.key] != nil {
 				panic("config: " + s.key + " is in the key table twice")
@@ -363,8 +363,12 @@ func (c Config) validate(from labels) error {
 			"the write endpoints require a bearer token off loopback", from.of(listen), show(listen, c.HTTP.Listen), token.key, token.env))
 	}
 	if len(errs) == 0 {
-		// A backstop: the key table's rules are meant to be the sweeper's, and a test holds them equal.
+		// A backstop: the key table's rules are meant to be the sweeper's and the scheduler's, and tests
+		// hold them equal.
 		if err := c.SweeperConfig().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := c.ScheduleConfig("config").Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
