@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -120,32 +119,20 @@ func (s *Sidecar) putAssignment(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// assignment validates the body: shard_count given and ≥ 0, shards distinct and within it, a lease of
-// zero (none: the assignment never lapses) or more seconds.
+// assignment validates the body as sweeper.NewAssignment does (shard_count 0 to sweeper.MaxShardCount,
+// shards distinct and within it), after checking what only the body can get wrong: shard_count
+// missing, and lease_seconds outside 0 (none: the assignment never lapses) to sweeper.MaxLease, checked
+// before it is multiplied into a duration that would wrap.
 func (b assignmentBody) assignment(now time.Time) (sweeper.Assignment, error) {
 	if b.ShardCount == nil {
 		return sweeper.Assignment{}, badRequest("shard_count is required")
 	}
-	count := *b.ShardCount
-	if count < 0 {
-		return sweeper.Assignment{}, badRequest("shard_count %d: want 0 or more", count)
+	if maxSeconds := int64(sweeper.MaxLease / time.Second); b.LeaseSeconds < 0 || b.LeaseSeconds > maxSeconds {
+		return sweeper.Assignment{}, badRequest("lease_seconds %d: want 0 (no lease) to %d", b.LeaseSeconds, maxSeconds)
 	}
-	seen := map[int]bool{}
-	for _, sh := range b.Shards {
-		if sh < 0 || sh >= count {
-			return sweeper.Assignment{}, badRequest("shard %d is outside 0..%d (shard_count %d)", sh, count-1, count)
-		}
-		if seen[sh] {
-			return sweeper.Assignment{}, badRequest("shard %d is listed twice", sh)
-		}
-		seen[sh] = true
-	}
-	if b.LeaseSeconds < 0 {
-		return sweeper.Assignment{}, badRequest("lease_seconds %d: want 0 (no lease) or more", b.LeaseSeconds)
-	}
-	a := sweeper.Assignment{ShardCount: count, Shards: slices.Sorted(slices.Values(b.Shards))}
-	if b.LeaseSeconds > 0 {
-		a.LeaseUntil = now.Add(time.Duration(b.LeaseSeconds) * time.Second)
+	a, err := sweeper.NewAssignment(*b.ShardCount, b.Shards, time.Duration(b.LeaseSeconds)*time.Second, now)
+	if err != nil {
+		return sweeper.Assignment{}, badRequest("%v", err)
 	}
 	return a, nil
 }
