@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,6 +20,22 @@ const (
 	ParamSchema           = "schema"
 	ParamMaxConcurrentOps = "max_concurrent_ops"
 )
+
+// DefaultPingTimeout bounds the liveness ping pgxpool sends on a connection that sat idle before
+// handing it out, when the URL sets no pool_ping_timeout (pgx's own default is none). Without a bound,
+// a ping on a connection to a server that stopped answering, whose caller has no deadline (a loop
+// waiting for cancellation), is left running for a minute after the caller gives up, holding its
+// connection, and the pool's Close waits for it: a partitioned server would hold shutdown that long.
+const DefaultPingTimeout = 3 * time.Second
+
+// newPool opens a pool on poolConfig with this package's defaults for what the connection string
+// left unset.
+func newPool(ctx context.Context, poolConfig *pgxpool.Config) (*pgxpool.Pool, error) {
+	if poolConfig.PingTimeout == 0 {
+		poolConfig.PingTimeout = DefaultPingTimeout
+	}
+	return pgxpool.NewWithConfig(ctx, poolConfig)
+}
 
 // reservedConns is how many pool connections the default max_concurrent_ops leaves free of the
 // limiter, for code that reaches the pool directly and so that a slot's holder never waits for a

@@ -88,7 +88,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 func newStore(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*Store, error) {
-	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	pool, err := newPool(ctx, poolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open pool: %w", classify(err))
 	}

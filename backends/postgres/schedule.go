@@ -87,7 +87,7 @@ func NewScheduleStoreOnPool(ctx context.Context, pool *pgxpool.Pool, schema stri
 }
 
 func openScheduleStore(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*ScheduleStore, error) {
-	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	pool, err := newPool(ctx, poolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("postgres schedule: open pool: %w", classify(err))
 	}
