@@ -1,10 +1,13 @@
 package oplog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+
+	is "github.com/stratalog/strata/indexedstorage"
 )
 
 // Stack is an oplog across its layers: the primary on top, then the archive layers, the bottom one last
@@ -157,15 +160,23 @@ type Step struct {
 // down, and reports what moved and whether another hop remains:
 //
 //  1. T = the target's last index (0 if none).
-//  2. Read the source from T+1 in batches of at most one chunk; entries ≤ T were moved by an
-//     interrupted step and are skipped.
-//  3. Append each batch to the target, then drop the source up to the last index read.
-//  4. If the source held only entries ≤ T, drop them.
+//  2. Read the source from index 1 in batches of at most one chunk. The part of a batch at or below T
+//     must already be below, byte for byte (an interrupted step appended it and stopped before its
+//     drop); the part above T is appended to the target.
+//  3. After each append, drop the source up to the end of the batch; if the source held only entries
+//     ≤ T, drop those once all of them compared equal.
+//
+// Indices continue over an agent's whole life, across every layer. A source entry at or below T that
+// differs from what the layers below hold (or that they lack) fails the step with ErrIndexReused
+// before anything is appended or dropped: a step never drops an entry it has not read back from below
+// or written there itself.
 //
 // Memory stays bounded by one chunk whatever the oplog's length. A failure between any two storage
 // calls leaves every entry readable through Read (in one layer or both), and a re-run converges with no
-// duplicate and no loss. Entries a writer appends above the source's last index during the step stay
-// where they are. A step over layers that hold nothing returns at once with a zero Step.
+// duplicate and no loss. A concurrent drain of the same agent that appended to the target first is no
+// error: the step re-reads T and converges. Entries a writer appends above the source's last index
+// during the step stay where they are. A step over layers that hold nothing returns at once with a zero
+// Step.
 func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, error) {
 	if err := checkOplog(agent, mode); err != nil {
 		return Step{}, err
@@ -178,7 +189,7 @@ func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 		if !ok {
 			continue
 		}
-		step, err := move(ctx, agent, mode, src, s.layers[i+1], srcLast)
+		step, err := move(ctx, agent, mode, src, s.layers[i+1:], srcLast)
 		if err != nil {
 			return step, fmt.Errorf("archive %s from %s to %s: %w", agent, step.Source, step.Target, err)
 		}
@@ -188,43 +199,130 @@ func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 	return Step{}, nil
 }
 
-func move(ctx context.Context, agent AgentID, mode Mode, src, dst Layer, srcLast Index) (Step, error) {
-	step := Step{Source: src.Name(), Target: dst.Name()}
+// ErrIndexReused is returned by an archive step that finds source entries at or below the target's
+// last index that are not byte-identical to what the layers below hold: the agent's indices started
+// again instead of continuing. The step appended and dropped nothing, so every entry stays readable
+// where it was.
+var ErrIndexReused = errors.New("oplog index reused")
+
+// moveStalls bounds the tries of one hop whose appends the target keeps refusing with ErrConflict
+// without its last index moving on. A conflict is normally a concurrent drain of the same agent that
+// appended there first: the next try re-reads T, finds it higher, and compares what the other drain
+// moved instead of appending it again. A conflict needs T below the source's last index, and T only
+// rises, so counting only the tries in which it did not rise still ends the loop.
+const moveStalls = 3
+
+// move moves src's entries up to srcLast to below[0]; below are the layers under src, top first.
+func move(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index) (Step, error) {
+	step := Step{Source: src.Name(), Target: below[0].Name()}
+	var prevTarget Index
+	for try, stalls := 0, 0; ; try++ {
+		target, err := moveOnce(ctx, agent, mode, src, below, srcLast, &step)
+		if try > 0 && target > prevTarget {
+			stalls = 0
+		}
+		if !errors.Is(err, is.ErrConflict) {
+			return step, err
+		}
+		if stalls++; stalls == moveStalls {
+			return step, err
+		}
+		prevTarget = target
+	}
+}
+
+// moveOnce is one try of move; it returns the target's last index it started from.
+func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index, step *Step) (Index, error) {
+	dst := below[0]
 	target, _, err := dst.LastIndex(ctx, agent, mode)
 	if err != nil {
-		return step, err
+		return target, err
 	}
-	for next := target + 1; next <= srcLast; {
+	// Reading from 1 rather than T+1 costs nothing when the source starts above T (the usual case) and
+	// shows any entry at or below T. Those come first, so all of them are compared before the first
+	// append or drop.
+	var verified Index // the source up to here is identical below and not yet dropped
+	for next := Index(1); next <= srcLast; {
 		batch, err := src.Read(ctx, agent, mode, next, srcLast, ChunkLimit)
 		if err != nil {
-			return step, err
+			return target, err
 		}
 		if len(batch) == 0 {
 			break
 		}
-		if err := dst.Append(ctx, agent, mode, batch); err != nil {
-			return step, err
+		last := batch[len(batch)-1].Index
+		atOrBelow, _ := slices.BinarySearchFunc(batch, target+1, func(e Entry, i Index) int { return cmpIndex(e.Index, i) })
+		if atOrBelow > 0 {
+			if err := requireBelow(ctx, agent, mode, below, batch[:atOrBelow], target); err != nil {
+				return target, err
+			}
+			verified = batch[atOrBelow-1].Index
 		}
-		step.Moved += len(batch)
-		for _, e := range batch {
-			step.Bytes += int64(len(e.Payload))
+		if above := batch[atOrBelow:]; len(above) > 0 {
+			if err := dst.Append(ctx, agent, mode, above); err != nil {
+				return target, err
+			}
+			step.Moved += len(above)
+			for _, e := range above {
+				step.Bytes += int64(len(e.Payload))
+			}
+			if err := src.DropPrefix(ctx, agent, mode, last); err != nil {
+				return target, err
+			}
+			step.DroppedUpTo = last
 		}
-		readUpTo := batch[len(batch)-1].Index
-		if err := src.DropPrefix(ctx, agent, mode, readUpTo); err != nil {
-			return step, err
-		}
-		step.DroppedUpTo = readUpTo
-		next = readUpTo + 1
+		next = last + 1
 	}
-	if step.DroppedUpTo == 0 && target > 0 {
-		// Everything the source holds up to T is already below: an interrupted step appended it.
-		upTo := min(target, srcLast)
-		if err := src.DropPrefix(ctx, agent, mode, upTo); err != nil {
-			return step, err
+	if verified > step.DroppedUpTo {
+		if err := src.DropPrefix(ctx, agent, mode, verified); err != nil {
+			return target, err
 		}
-		step.DroppedUpTo = upTo
+		step.DroppedUpTo = verified
 	}
-	return step, nil
+	return target, nil
+}
+
+// requireBelow checks that the layers below hold every entry of want (ascending, at or below the
+// target's last index target) with the same payload, and returns ErrIndexReused if not. The target is
+// read first; an index it lacks is looked for further down, where a concurrent drain of the next hop
+// may have moved it. Layers are read top first, as Stack.Read does, so an entry moving down meanwhile
+// is found in one or the other.
+func requireBelow(ctx context.Context, agent AgentID, mode Mode, below []Layer, want []Entry, target Index) error {
+	pending := want
+	for _, l := range below {
+		var missing []Entry
+		i := 0
+		for i < len(pending) {
+			got, err := l.Read(ctx, agent, mode, pending[i].Index, pending[len(pending)-1].Index, ChunkLimit)
+			if err != nil {
+				return err
+			}
+			if len(got) == 0 {
+				break
+			}
+			for _, g := range got {
+				for i < len(pending) && pending[i].Index < g.Index {
+					missing = append(missing, pending[i])
+					i++
+				}
+				if i < len(pending) && pending[i].Index == g.Index {
+					if !bytes.Equal(pending[i].Payload, g.Payload) {
+						return indexReused(want, target, fmt.Sprintf("index %d differs from %s's", pending[i].Index, l.Name()))
+					}
+					i++
+				}
+			}
+		}
+		if pending = append(missing, pending[i:]...); len(pending) == 0 {
+			return nil
+		}
+	}
+	return indexReused(want, target, fmt.Sprintf("no layer below holds index %d", pending[0].Index))
+}
+
+func indexReused(want []Entry, target Index, why string) error {
+	return fmt.Errorf("%w: source indices %d..%d are at or below the target's last index %d, and %s",
+		ErrIndexReused, want[0].Index, want[len(want)-1].Index, target, why)
 }
 
 // holdsAboveBottom reports whether any layer from index from down to the one above the bottom holds
