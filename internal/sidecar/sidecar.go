@@ -235,22 +235,49 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close releases the stores. Call it after Run returns.
+// closeTimeout bounds Close: a store whose server stopped answering may take longer to close (a pool
+// waiting for its connections), and a process on its way out has nothing to wait for. Nothing is lost
+// by not waiting: every operation has returned by then.
+const closeTimeout = 5 * time.Second
+
+// Close releases the stores, waiting at most closeTimeout for them. Call it after Run returns.
 func (s *Sidecar) Close() error {
-	var errs []error
+	var err error
 	s.closeOnce.Do(func() {
 		s.baseCancel()
-		for _, c := range []interface{ Close() error }{s.storage, s.blobs, s.schedules} {
-			if c != nil {
-				errs = append(errs, c.Close())
+		closers := []interface{ Close() error }{s.storage, s.blobs, s.schedules}
+		if s.provider != nil {
+			closers = append(closers, closerFunc(func() error { return s.provider.Shutdown(context.Background()) }))
+		}
+		errs := make(chan error, len(closers))
+		for _, c := range closers {
+			if c == nil {
+				errs <- nil
+				continue
+			}
+			go func() { errs <- c.Close() }()
+		}
+		timeout := time.NewTimer(closeTimeout)
+		defer timeout.Stop()
+		var all []error
+		for range closers {
+			select {
+			case e := <-errs:
+				all = append(all, e)
+			case <-timeout.C:
+				all = append(all, fmt.Errorf("gave up closing the stores after %s (a server that stopped answering?)", closeTimeout))
+				err = errors.Join(all...)
+				return
 			}
 		}
-		if s.provider != nil {
-			errs = append(errs, s.provider.Shutdown(context.Background()))
-		}
+		err = errors.Join(all...)
 	})
-	return errors.Join(errs...)
+	return err
 }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // redacted hides a password in a URL for logs.
 func redacted(raw string) string {

@@ -47,7 +47,13 @@ type SweepRig struct {
 
 func NewSweepRig(t testing.TB, st is.Storage, cfg sweeper.Config) *SweepRig {
 	t.Helper()
-	r := &SweepRig{Layers: NewLayers(t, st, nil)}
+	return NewSweepRigOn(t, NewLayers(t, st, nil), cfg)
+}
+
+// NewSweepRigOn is NewSweepRig over layers the test already has.
+func NewSweepRigOn(t testing.TB, l *Layers, cfg sweeper.Config) *SweepRig {
+	t.Helper()
+	r := &SweepRig{Layers: l}
 	sw, err := sweeper.New(cfg, r.Stack, sweeper.Options{
 		Residency: func(a oplog.AgentID) bool { _, ok := r.Resident.Load(a); return ok },
 		Shards:    func() (sweeper.Assignment, bool) { return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true },
