@@ -170,7 +170,8 @@ func Populate(ctx context.Context, st is.Storage, ns string, n int) error {
 }
 
 // WalkAll runs one full ScanStable walk of ns and returns how many keys it was handed (a backend
-// that may repeat keys can return more than there are).
+// that may repeat keys can return more than there are). A page that passes an index over as
+// unreadable fails the walk: a timing of a walk that skipped reads compares with nothing.
 func WalkAll(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
 	n := 0
 	var from is.Resume
@@ -178,6 +179,10 @@ func WalkAll(ctx context.Context, st is.Storage, ns string, pageSize int) (int, 
 		page, err := st.ScanStable(ctx, ns, "", from, pageSize)
 		if err != nil {
 			return n, err
+		}
+		if len(page.Unreadable) > 0 {
+			u := page.Unreadable[0]
+			return n, fmt.Errorf("ScanStable passed over %d unreadable indexes, first %s: %w", len(page.Unreadable), u.Where, u.Err)
 		}
 		n += len(page.Keys)
 		if page.Done {

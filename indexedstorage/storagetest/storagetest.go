@@ -36,6 +36,14 @@ type Harness struct {
 	// (keyset SELECT, SCAN, a sorted slice), pageSize keys a call, and returns how many keys it saw.
 	// st is the Storage New returned, for the harness to reach its engine. nil leaves the raw row out.
 	RawWalk func(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error)
+
+	// Poison, if set, makes the existing index (ns, key) of st (the Storage New returned) unreadable
+	// the way a foreign writer or a disk fault would, in the engine's own terms: a file overwritten
+	// with garbage, a row the schema's types do not allow, a Redis value of another type. The index
+	// must stay where a walk looks (a file still listed, a key still scanned). nil skips the checks
+	// that a poisoned index cannot stop a walk; a backend whose engine refuses every such value
+	// leaves it nil.
+	Poison func(tb testing.TB, st is.Storage, ns, key string)
 }
 
 // Run runs the whole suite against the harness.
@@ -49,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ScanStable", func(t *testing.T) { testScanStable(t, h) })
 	t.Run("Model", func(t *testing.T) { testModel(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, h) })
+	t.Run("Poisoned", func(t *testing.T) { testPoisoned(t, h) })
 }
 
 // fixture is one test's storage and what the helpers need with it.
@@ -121,24 +130,43 @@ func (f *fixture) delete(ns, key string) {
 
 // walk runs a whole ScanStable walk with pages of count keys, calling between(page) after each page
 // (nil for none), and returns every key handed back, in order, duplicates kept. It checks the page
-// rules every backend keeps and, where declared, the ordered ones.
+// rules every backend keeps and, where declared, the ordered ones. Nothing a walk of walk's callers
+// meets was made unreadable, so a page that lists an index as Unreadable fails the test.
 func (f *fixture) walk(ns, prefix string, count int, between func(page []string)) []string {
+	f.t.Helper()
+	return f.walkPages(f.st, ns, prefix, count, func(page is.Page) {
+		if len(page.Unreadable) > 0 {
+			u := page.Unreadable[0]
+			f.t.Fatalf("ScanStable(%q, %q) passed over %d healthy indexes as unreadable, first key %q at %q: %v",
+				ns, prefix, len(page.Unreadable), u.Key, u.Where, u.Err)
+		}
+		if between != nil {
+			between(page.Keys)
+		}
+	})
+}
+
+// maxWalkPages bounds every walk the suite makes, so that a backend whose Next never reaches Done
+// fails the test instead of hanging it. Redis's SCAN pages cover the whole database, whatever the
+// prefix, so the bound leaves room for a shared server holding many other keys.
+const maxWalkPages = 100_000
+
+// walkPages walks st as walk does, calling onPage after each page has been checked.
+func (f *fixture) walkPages(st is.Storage, ns, prefix string, count int, onPage func(page is.Page)) []string {
 	f.t.Helper()
 	var all []string
 	var from is.Resume
 	for pages := 0; ; pages++ {
-		if pages > 100_000 {
+		if pages > maxWalkPages {
 			f.t.Fatalf("ScanStable(%q, %q) did not finish after %d pages", ns, prefix, pages)
 		}
-		page, err := f.st.ScanStable(f.ctx, ns, prefix, from, count)
+		page, err := st.ScanStable(f.ctx, ns, prefix, from, count)
 		if err != nil {
 			f.t.Fatalf("ScanStable(%q, %q, %v, %d): %v", ns, prefix, from, count, err)
 		}
 		f.checkPage(prefix, count, all, page)
 		all = append(all, page.Keys...)
-		if between != nil {
-			between(page.Keys)
-		}
+		onPage(page)
 		if page.Done {
 			return all
 		}
