@@ -60,6 +60,10 @@ type Options struct {
 	// MustExist makes Open fail with an error matching fs.ErrNotExist, creating nothing, when the file
 	// does not exist.
 	MustExist bool
+	// RefuseForeignTables makes Open fail, creating no table, when the file has no schema version but
+	// holds tables other than index_storage: for a caller whose files are its own alone (multisqlite),
+	// such a file is someone else's database, not a blank one to migrate into shape.
+	RefuseForeignTables bool
 }
 
 // Store is the SQLite backend. It is safe for concurrent use.
@@ -103,7 +107,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	writer.SetConnMaxLifetime(0)
 	writer.SetConnMaxIdleTime(0)
 	s.writer, s.reader = writer, writer
-	if err := migrate(ctx, writer); err != nil {
+	if err := migrate(ctx, writer, opts.RefuseForeignTables); err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, classify(err, false))
 	}
@@ -164,8 +168,8 @@ var migrations = [SchemaVersion]string{
 
 // migrate brings the schema to SchemaVersion. The common case, a current file, costs one read and no
 // lock; otherwise the version is read again under the write lock, so two processes opening a new file
-// at once apply each migration once.
-func migrate(ctx context.Context, db *sql.DB) error {
+// at once apply each migration once. refuseForeign: see Options.RefuseForeignTables.
+func migrate(ctx context.Context, db *sql.DB, refuseForeign bool) error {
 	version, err := userVersion(ctx, db)
 	if err != nil {
 		return err
@@ -187,6 +191,15 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if version > SchemaVersion {
 		return fmt.Errorf("schema version %d is newer than this build supports (%d)", version, SchemaVersion)
 	}
+	if version == 0 && refuseForeign {
+		var table string
+		switch err := tx.QueryRowContext(ctx, qForeignTable).Scan(&table); {
+		case err == nil:
+			return fmt.Errorf("no strata schema version, and a table %q of another schema: not migrating someone else's database", table)
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+	}
 	for v := version; v < SchemaVersion; v++ {
 		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("migration %d: %w", v+1, err)
@@ -198,6 +211,9 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	return tx.Commit()
 }
+
+// qForeignTable finds a table the schema does not make (SQLite's own sqlite_* tables aside).
+const qForeignTable = `SELECT name FROM sqlite_master WHERE type = 'table' AND name <> 'index_storage' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' LIMIT 1`
 
 func userVersion(ctx context.Context, db *sql.DB) (int, error) {
 	var v int
@@ -261,11 +277,18 @@ func classify(err error, closed bool) error {
 	return classified
 }
 
-func (s *Store) fail(op string, err error) error {
+// fail gives a native error of a per-index operation its one line of context (the operation, as
+// metrics name it, and the index) and its classification.
+func (s *Store) fail(op is.Operation, ns, key string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("sqlite %s: %w", op, classify(err, s.closed.Load()))
+	return fmt.Errorf("sqlite %s %s:%q: %w", op, ns, key, classify(err, s.closed.Load()))
+}
+
+// failScan is fail for the scans, which name a prefix rather than an index.
+func (s *Store) failScan(op is.Operation, ns, prefix string, err error) error {
+	return fmt.Errorf("sqlite %s %s prefix %q: %w", op, ns, prefix, classify(err, s.closed.Load()))
 }
 
 // begin validates the index and checks the store is open, the first thing every per-index operation
@@ -282,16 +305,16 @@ func (s *Store) begin(ns, key string) error {
 
 // write runs fn in a BEGIN IMMEDIATE transaction on the writer: the write lock is held from the first
 // read, so what fn checks still holds when it writes.
-func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+func (s *Store) write(ctx context.Context, op is.Operation, ns, key string, fn func(tx *sql.Tx) error) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return s.fail(op, err)
+		return s.fail(op, ns, key, err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return s.fail(op, err)
+		return s.fail(op, ns, key, err)
 	}
-	return s.fail(op, tx.Commit())
+	return s.fail(op, ns, key, tx.Commit())
 }
 
 const (
@@ -315,16 +338,20 @@ func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, s.fail("exists", err)
+		return false, s.fail(is.OpExists, ns, key, err)
 	}
 	return true, nil
 }
 
 func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
-	return s.AppendMany(ctx, ns, key, []is.Entry{{ID: id, Value: value}})
+	return s.appendEntries(ctx, is.OpAppend, ns, key, []is.Entry{{ID: id, Value: value}})
 }
 
 func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
+	return s.appendEntries(ctx, is.OpAppendMany, ns, key, entries)
+}
+
+func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
 	if err := s.begin(ns, key); err != nil {
 		return err
 	}
@@ -334,7 +361,7 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 	if len(entries) == 0 {
 		return nil
 	}
-	return s.write(ctx, "append", func(tx *sql.Tx) error {
+	return s.write(ctx, op, ns, key, func(tx *sql.Tx) error {
 		var last int64
 		switch err := tx.QueryRowContext(ctx, qLastID, ns, key).Scan(&last); {
 		case errors.Is(err, sql.ErrNoRows):
@@ -388,7 +415,7 @@ func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
 	}
 	var n int64
 	if err := s.reader.QueryRowContext(ctx, qLength, ns, key).Scan(&n); err != nil {
-		return 0, s.fail("length", err)
+		return 0, s.fail(is.OpLength, ns, key, err)
 	}
 	return uint64(n), nil
 }
@@ -403,32 +430,35 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is
 	}
 	rows, err := s.reader.QueryContext(ctx, qRead, ns, key, int64(lo), int64(hi))
 	if err != nil {
-		return nil, s.fail("read", err)
+		return nil, s.fail(is.OpRead, ns, key, err)
 	}
 	defer rows.Close()
 	var out []is.Entry
 	for rows.Next() {
 		e, err := scanEntry(rows)
 		if err != nil {
-			return nil, s.fail("read", err)
+			return nil, s.fail(is.OpRead, ns, key, err)
 		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail("read", err)
+		return nil, s.fail(is.OpRead, ns, key, err)
 	}
 	return out, nil
 }
 
 func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
-	return s.Closest(ctx, ns, key, 0)
+	if err := s.begin(ns, key); err != nil {
+		return is.Entry{}, false, err
+	}
+	return s.one(ctx, is.OpFirst, ns, key, qClosest, int64(0))
 }
 
 func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
 	if err := s.begin(ns, key); err != nil {
 		return is.Entry{}, false, err
 	}
-	return s.one(ctx, "last", qLast, ns, key)
+	return s.one(ctx, is.OpLast, ns, key, qLast)
 }
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
@@ -438,17 +468,17 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entr
 	if id > is.MaxID {
 		return is.Entry{}, false, nil
 	}
-	return s.one(ctx, "closest", qClosest, ns, key, int64(id))
+	return s.one(ctx, is.OpClosest, ns, key, qClosest, int64(id))
 }
 
-// one runs a query for at most one entry.
-func (s *Store) one(ctx context.Context, op, query string, args ...any) (is.Entry, bool, error) {
-	e, err := scanEntry(s.reader.QueryRowContext(ctx, query, args...))
+// one runs a query for at most one entry of (ns, key); extra are the query's arguments after those two.
+func (s *Store) one(ctx context.Context, op is.Operation, ns, key, query string, extra ...any) (is.Entry, bool, error) {
+	e, err := scanEntry(s.reader.QueryRowContext(ctx, query, append([]any{ns, key}, extra...)...))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return is.Entry{}, false, nil
 	case err != nil:
-		return is.Entry{}, false, s.fail(op, err)
+		return is.Entry{}, false, s.fail(op, ns, key, err)
 	}
 	return e, true, nil
 }
@@ -470,7 +500,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 		return 0, nil
 	}
 	var dropped int64
-	err := s.write(ctx, "drop prefix", func(tx *sql.Tx) error {
+	err := s.write(ctx, is.OpDropPrefix, ns, key, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, qDrop, ns, key, int64(min(upTo, is.MaxID)))
 		if err != nil {
 			return err
@@ -488,7 +518,7 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 	if err := s.begin(ns, key); err != nil {
 		return err
 	}
-	return s.write(ctx, "delete", func(tx *sql.Tx) error {
+	return s.write(ctx, is.OpDelete, ns, key, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, qDelete, ns, key)
 		return err
 	})
@@ -553,7 +583,7 @@ func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 	args = append(args, int64(count)+1)
 	keys, err := s.keys(ctx, scanStableQuery[strict][b2i(bounded)], count, args...)
 	if err != nil {
-		return is.Page{}, s.fail("scan stable", err)
+		return is.Page{}, s.failScan(is.OpScanStable, ns, prefix, err)
 	}
 	if len(keys) <= count {
 		return is.Page{Keys: keys, Done: true}, nil
@@ -581,7 +611,7 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	args = append(args, int64(count)+1, int64(cursor))
 	keys, err := s.keys(ctx, scanQuery[b2i(bounded)], count, args...)
 	if err != nil {
-		return 0, nil, s.fail("scan", err)
+		return 0, nil, s.failScan(is.OpScan, ns, prefix, err)
 	}
 	if len(keys) <= count {
 		return 0, keys, nil

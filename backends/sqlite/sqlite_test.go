@@ -2,11 +2,13 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +31,19 @@ func harness() storagetest.Harness {
 		},
 		ModelWalks: 500,
 		RawWalk:    rawWalk,
+		Poison:     poison,
+	}
+}
+
+// poison adds to the index a row whose id is text, as a foreign writer that gets the documented
+// schema's types slightly wrong does: the column's INTEGER affinity stores 'abc' as TEXT, which sorts
+// above every integer, so the index's last entry is the one no int64 can hold.
+func poison(tb testing.TB, st is.Storage, ns, key string) {
+	tb.Helper()
+	_, err := st.(*sqlite.Store).DB().ExecContext(context.Background(),
+		`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 'abc', x'00')`, ns, key)
+	if err != nil {
+		tb.Fatalf("poison %s:%q: %v", ns, key, err)
 	}
 }
 
@@ -207,4 +222,91 @@ func TestCancelledContext_IsNotTransient(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || errors.Is(err, is.ErrTransient) {
 		t.Fatalf("Append with a cancelled context: %v, want context.Canceled and not transient", err)
 	}
+}
+
+// A read or write that meets a row the schema's types do not allow fails permanently, naming the
+// backend, the operation and the index, so the operator can find what to repair.
+func TestPoisonedRow_FailsPermanentlyNamingTheIndex(t *testing.T) {
+	st := openFile(t, filepath.Join(t.TempDir(), "strata.db"), sqlite.Options{})
+	ctx := t.Context()
+	if err := st.AppendMany(ctx, "test/ns", "agent:7", []is.Entry{{ID: 1}, {ID: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	poison(t, st, "test/ns", "agent:7")
+	for op, call := range map[is.Operation]func() error{
+		is.OpLast:       func() error { _, _, err := st.Last(ctx, "test/ns", "agent:7"); return err },
+		is.OpAppend:     func() error { return st.Append(ctx, "test/ns", "agent:7", 3, nil) },
+		is.OpAppendMany: func() error { return st.AppendMany(ctx, "test/ns", "agent:7", []is.Entry{{ID: 3}}) },
+	} {
+		err := call()
+		if err == nil || is.IsTransient(err) || errors.Is(err, is.ErrConflict) {
+			t.Fatalf("%s on a row with a text id: %v, want a permanent error", op, err)
+		}
+		if want := fmt.Sprintf(`sqlite %s test/ns:"agent:7": `, op); !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("%s: %q, want it to start %q", op, err, want)
+		}
+	}
+	if n, err := st.Length(ctx, "test/ns", "agent:7"); err != nil || n != 3 {
+		t.Fatalf("Length after the failed writes: %d, %v; want the 3 rows, nothing written", n, err)
+	}
+}
+
+// With RefuseForeignTables, a file that is someone else's database is refused, not given a table.
+func TestOpen_RefuseForeignTablesLeavesAForeignDatabaseAlone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "theirs.db")
+	db, err := sql.Open("sqlite3", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE events (id INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if st, err := sqlite.Open(t.Context(), path, sqlite.Options{MustExist: true, RefuseForeignTables: true}); err == nil {
+		st.Close()
+		t.Fatal("Open with RefuseForeignTables migrated a database holding another schema's table")
+	}
+	tables := func() []string {
+		db, err := sql.Open("sqlite3", "file:"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var names []string
+		for rows.Next() {
+			var n string
+			rows.Scan(&n)
+			names = append(names, n)
+		}
+		return names
+	}
+	if got := tables(); len(got) != 1 || got[0] != "events" {
+		t.Fatalf("tables after the refused Open: %q, want only [events]", got)
+	}
+	// Without the option, the same file is shared: the schema is added beside the other tables.
+	openFile(t, path, sqlite.Options{}).Close()
+	if got := tables(); len(got) != 2 {
+		t.Fatalf("tables after a plain Open: %q, want events and index_storage", got)
+	}
+	// A blank file, or one whose only table is the documented DDL made by hand, still migrates.
+	blank := filepath.Join(t.TempDir(), "blank.db")
+	if err := os.WriteFile(blank, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openFile(t, blank, sqlite.Options{MustExist: true, RefuseForeignTables: true})
+	byHand := filepath.Join(t.TempDir(), "by-hand.db")
+	if db, err = sql.Open("sqlite3", "file:"+byHand); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE index_storage (namespace TEXT NOT NULL, key TEXT NOT NULL, id INTEGER NOT NULL,
+		value BLOB NOT NULL, PRIMARY KEY (namespace, key, id)) WITHOUT ROWID`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	openFile(t, byHand, sqlite.Options{MustExist: true, RefuseForeignTables: true})
 }
