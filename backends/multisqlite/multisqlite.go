@@ -11,16 +11,25 @@
 // ScanStable walks a namespace's files in name order, count files a page, and resumes after the last
 // file it finished (a FileResume). The directory listing is cached per namespace and found again by
 // binary search each page, so a full pass over F files costs O(F). Open files sit in a bounded LRU.
+//
+// A file this backend cannot read (not a database, truncated, a schema it does not know, locked by
+// another process) fails the operations on its index, never the walk: ScanStable lists it in the
+// page's Unreadable and goes on with the next file. Nothing here rewrites such a file.
 package multisqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/stratalog/strata/backends/sqlite"
 	is "github.com/stratalog/strata/indexedstorage"
@@ -93,7 +102,9 @@ func Open(_ context.Context, dir string, opts Options) (*Store, error) {
 		ttl = DefaultListingTTL
 	}
 	s := &Store{dir: abs, listings: newListings(ttl, opts.OnList)}
-	s.pool = newPool(maxOpen, sqlite.Options{BusyTimeout: opts.BusyTimeout}, s.listings.drop)
+	// A file of this store that holds someone else's tables is damaged, not blank: never migrate it.
+	fileOpts := sqlite.Options{BusyTimeout: opts.BusyTimeout, RefuseForeignTables: true}
+	s.pool = newPool(maxOpen, fileOpts, s.listings.drop)
 	return s, nil
 }
 
@@ -107,6 +118,11 @@ func (s *Store) Dir() string { return s.dir }
 
 // NamespaceDir returns the directory that holds ns's files.
 func (s *Store) NamespaceDir(ns string) string { return filepath.Join(s.dir, dirName(ns)) }
+
+// filePath is where the file of (ns, key) is, or would be.
+func (s *Store) filePath(ns, key string) string {
+	return filepath.Join(s.NamespaceDir(ns), fileName(ns, key))
+}
 
 // Capabilities: a walk visits each file once and a file holds one key, so keys are unique; they come
 // back in the order of their hashes, not of the keys.
@@ -125,24 +141,28 @@ func (s *Store) Close() error {
 }
 
 // index runs fn on the file of (ns, key) after validation. Without create, a missing file is a missing
-// index: fn is not called and found is false.
-func (s *Store) index(ctx context.Context, ns, key string, create bool, fn func(st *sqlite.Store) error) (found bool, err error) {
+// index: fn is not called and found is false. fn's errors carry the file store's context already; a
+// file that cannot be opened gets op and the index here.
+func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, create bool, fn func(st *sqlite.Store) error) (found bool, err error) {
 	if err := is.ValidateIndex(ns, key); err != nil {
 		return false, err
 	}
 	if s.closed.Load() {
 		return false, is.ErrClosed
 	}
-	c, err := s.pool.acquire(ctx, ns, filepath.Join(s.NamespaceDir(ns), fileName(ns, key)), create)
-	if err != nil || c == nil {
-		return false, err
+	c, err := s.pool.acquire(ctx, ns, s.filePath(ns, key), create)
+	if err != nil {
+		return false, fmt.Errorf("multisqlite %s %s:%q: %w", op, ns, key, err)
+	}
+	if c == nil {
+		return false, nil
 	}
 	defer s.pool.release(c)
 	return true, fn(c.st)
 }
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (exists bool, err error) {
-	_, err = s.index(ctx, ns, key, false, func(st *sqlite.Store) (err error) {
+	_, err = s.index(ctx, is.OpExists, ns, key, false, func(st *sqlite.Store) (err error) {
 		exists, err = st.Exists(ctx, ns, key)
 		return err
 	})
@@ -150,11 +170,15 @@ func (s *Store) Exists(ctx context.Context, ns, key string) (exists bool, err er
 }
 
 func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
-	return s.AppendMany(ctx, ns, key, []is.Entry{{ID: id, Value: value}})
+	return s.appendEntries(ctx, is.OpAppend, ns, key, []is.Entry{{ID: id, Value: value}})
 }
 
 // AppendMany validates the whole batch before the file is created, so a rejected call creates nothing.
 func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
+	return s.appendEntries(ctx, is.OpAppendMany, ns, key, entries)
+}
+
+func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
 	if err := is.ValidateIndex(ns, key); err != nil {
 		return err
 	}
@@ -167,14 +191,17 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 		}
 		return nil
 	}
-	_, err := s.index(ctx, ns, key, true, func(st *sqlite.Store) error {
+	_, err := s.index(ctx, op, ns, key, true, func(st *sqlite.Store) error {
+		if op == is.OpAppend {
+			return st.Append(ctx, ns, key, entries[0].ID, entries[0].Value)
+		}
 		return st.AppendMany(ctx, ns, key, entries)
 	})
 	return err
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (n uint64, err error) {
-	_, err = s.index(ctx, ns, key, false, func(st *sqlite.Store) (err error) {
+	_, err = s.index(ctx, is.OpLength, ns, key, false, func(st *sqlite.Store) (err error) {
 		n, err = st.Length(ctx, ns, key)
 		return err
 	})
@@ -182,19 +209,23 @@ func (s *Store) Length(ctx context.Context, ns, key string) (n uint64, err error
 }
 
 func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) (out []is.Entry, err error) {
-	_, err = s.index(ctx, ns, key, false, func(st *sqlite.Store) (err error) {
+	_, err = s.index(ctx, is.OpRead, ns, key, false, func(st *sqlite.Store) (err error) {
 		out, err = st.Read(ctx, ns, key, from, to)
 		return err
 	})
 	return out, err
 }
 
-func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
-	return s.Closest(ctx, ns, key, 0)
+func (s *Store) First(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
+	_, err = s.index(ctx, is.OpFirst, ns, key, false, func(st *sqlite.Store) (err error) {
+		e, ok, err = st.First(ctx, ns, key)
+		return err
+	})
+	return e, ok, err
 }
 
 func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
-	_, err = s.index(ctx, ns, key, false, func(st *sqlite.Store) (err error) {
+	_, err = s.index(ctx, is.OpLast, ns, key, false, func(st *sqlite.Store) (err error) {
 		e, ok, err = st.Last(ctx, ns, key)
 		return err
 	})
@@ -202,7 +233,7 @@ func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, 
 }
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.Entry, ok bool, err error) {
-	_, err = s.index(ctx, ns, key, false, func(st *sqlite.Store) (err error) {
+	_, err = s.index(ctx, is.OpClosest, ns, key, false, func(st *sqlite.Store) (err error) {
 		e, ok, err = st.Closest(ctx, ns, key, id)
 		return err
 	})
@@ -210,7 +241,7 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.En
 }
 
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n uint64, err error) {
-	_, err = s.index(ctx, ns, key, false, func(st *sqlite.Store) (err error) {
+	_, err = s.index(ctx, is.OpDropPrefix, ns, key, false, func(st *sqlite.Store) (err error) {
 		n, err = st.DropPrefix(ctx, ns, key, upTo)
 		return err
 	})
@@ -219,7 +250,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n 
 
 // Delete removes the index's rows; its file stays (files are never removed) and scans pass over it.
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	_, err := s.index(ctx, ns, key, false, func(st *sqlite.Store) error {
+	_, err := s.index(ctx, is.OpDelete, ns, key, false, func(st *sqlite.Store) error {
 		return st.Delete(ctx, ns, key)
 	})
 	return err
@@ -232,6 +263,10 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 // of the files before it. A file created after the listing was made may or may not be visited by a
 // walk under way, as the contract allows; the listing is dropped when this process creates a file, so
 // the next walk sees it.
+//
+// A visited file whose keys cannot be read is listed in the page's Unreadable (Where is its path
+// under the store's directory; Key is "", the name being a hash) and the page goes on: Next and Done
+// move as if it had been read. A failure that is not the file's own (see fileFault) fails the page.
 func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
 		return is.Page{}, err
@@ -262,7 +297,11 @@ func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 	for _, name := range names[i:end] {
 		keys, err := s.fileKeys(ctx, ns, name, prefix)
 		if err != nil {
-			return is.Page{}, err
+			if !fileFault(ctx.Err(), err) {
+				return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, prefix, err)
+			}
+			page.Unreadable = append(page.Unreadable, is.Unreadable{Where: where(ns, name), Err: err})
+			continue
 		}
 		page.Keys = append(page.Keys, keys...)
 	}
@@ -275,7 +314,9 @@ func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 }
 
 // Scan is a positional cursor over the listing: cursor is how many files earlier calls visited. It
-// visits count files a call.
+// visits count files a call. Unlike ScanStable, a file it cannot read fails the call, naming the file:
+// Scan is kept for parity and has no way to say it passed a file over, and skipping one silently would
+// hide its key from the caller.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
 		return 0, nil, err
@@ -299,7 +340,10 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	for _, name := range names[i:end] {
 		found, err := s.fileKeys(ctx, ns, name, prefix)
 		if err != nil {
-			return 0, nil, err
+			if fileFault(ctx.Err(), err) {
+				err = fmt.Errorf("file %s: %w", where(ns, name), err)
+			}
+			return 0, nil, s.walkFailed(ctx, is.OpScan, ns, prefix, err)
 		}
 		keys = append(keys, found...)
 	}
@@ -308,6 +352,46 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	}
 	return uint64(end), keys, nil
 }
+
+// walkFailed is the error of a scan that stops at a file: the caller's own ctx error when it has one
+// (an interrupted statement need not say why it stopped), else err.
+func (s *Store) walkFailed(ctx context.Context, op is.Operation, ns, prefix string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		err, _ = is.ClassifyCommon(ctxErr)
+	}
+	return fmt.Errorf("multisqlite %s %s prefix %q: %w", op, ns, prefix, err)
+}
+
+// fileFault reports whether err, met reading one file of a walk, is that file's own: it is not a
+// database, is truncated, has a schema this build does not know, is locked by another process. The
+// walk passes over such a file. What is not the file's own would fail every file alike, and a walk
+// that listed them all as unreadable would seem complete having read nothing, so it fails the page:
+// the caller's cancellation or deadline (ctxErr, taken from the caller's ctx since an interrupted
+// statement need not say why it stopped), a closed store, a process out of descriptors or memory, a
+// full disk.
+func fileFault(ctxErr, err error) bool {
+	if ctxErr != nil || errors.Is(err, is.ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) &&
+		(se.Code == sqlite3.ErrNomem || se.Code == sqlite3.ErrFull || slices.Contains(outOfSomething, se.SystemErrno)) {
+		return false
+	}
+	for _, errno := range outOfSomething {
+		if errors.Is(err, errno) {
+			return false
+		}
+	}
+	return true
+}
+
+// outOfSomething are the system errors of a process or machine out of descriptors, memory or space.
+var outOfSomething = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOSPC}
+
+// where names a file of ns for an operator: its path under the store's directory.
+func where(ns, name string) string { return dirName(ns) + "/" + name }
 
 // fileKeys returns the keys with the prefix that the file holds rows for: its one key, or none once
 // the index was emptied.

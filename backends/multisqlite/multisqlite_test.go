@@ -27,6 +27,50 @@ func harness() storagetest.Harness {
 		},
 		ModelWalks: 500,
 		RawWalk:    rawWalk,
+		Poison:     poison,
+	}
+}
+
+// poison overwrites the index's file with bytes that are not a database, as a disk fault or a stray
+// writer would. The file's connection is closed first: SQLite then checkpoints the WAL into the file
+// and removes it, so that neither its page cache nor a later checkpoint can mask or undo the damage.
+func poison(tb testing.TB, st is.Storage, ns, key string) {
+	tb.Helper()
+	s := st.(*Store)
+	path := s.filePath(ns, key)
+	closeFile(tb, s.pool, path)
+	if err := os.WriteFile(path, notADatabase, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+var notADatabase = []byte(strings.Repeat("this is not a database file. ", 200))
+
+// closeFile closes the pool's connection to path, if it has one; it must be idle.
+func closeFile(tb testing.TB, p *pool, path string) {
+	tb.Helper()
+	p.mu.Lock()
+	c := p.conns[path]
+	if c != nil {
+		if c.refs > 0 {
+			p.mu.Unlock()
+			tb.Fatalf("closeFile: %s is in use", path)
+		}
+		p.idle.Remove(c.elem)
+		c.elem = nil
+		delete(p.conns, path)
+		p.open--
+	}
+	p.mu.Unlock()
+	if c != nil {
+		if err := closeAll([]*conn{c}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		if _, err := os.Stat(path + side); err == nil {
+			tb.Fatalf("closeFile: %s%s outlived the file's last connection", path, side)
+		}
 	}
 }
 
