@@ -20,6 +20,7 @@ func harness() storagetest.Harness {
 		ModelSinglePages: 200_000,
 		ModelWalks:       20_000,
 		RawWalk:          rawWalk,
+		// No Poison: nothing outside the Store reaches its indexes.
 	}
 }
 

@@ -394,3 +394,35 @@ func TestForeignDataIsAnErrorNotAPanic(t *testing.T) {
 		t.Fatal("Length of a string key succeeded")
 	}
 }
+
+// A key of another type under the Store's prefix fails each read of its index permanently, with the
+// backend, the operation and the index in the error; the walk, which only lists names, hands it back.
+func TestWrongTypeKey_FailsItsReadsNotTheWalk(t *testing.T) {
+	st, ctx := newStore(t), t.Context()
+	if err := st.Append(ctx, ns, "healthy", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Client().Set(ctx, st.KeyPrefix()+ns+":wrong", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for op, call := range map[is.Operation]func() error{
+		is.OpLength:     func() error { _, err := st.Length(ctx, ns, "wrong"); return err },
+		is.OpRead:       func() error { _, err := st.Read(ctx, ns, "wrong", 0, math.MaxUint64); return err },
+		is.OpFirst:      func() error { _, _, err := st.First(ctx, ns, "wrong"); return err },
+		is.OpLast:       func() error { _, _, err := st.Last(ctx, ns, "wrong"); return err },
+		is.OpClosest:    func() error { _, _, err := st.Closest(ctx, ns, "wrong", 1); return err },
+		is.OpDropPrefix: func() error { _, err := st.DropPrefix(ctx, ns, "wrong", 1); return err },
+		is.OpAppend:     func() error { return st.Append(ctx, ns, "wrong", 1, nil) },
+	} {
+		err := call()
+		if err == nil || is.IsTransient(err) || errors.Is(err, is.ErrConflict) {
+			t.Fatalf("%s of a string key: %v, want a permanent error", op, err)
+		}
+		if want := fmt.Sprintf(`redis %s %s:"wrong"`, op, ns); !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("%s: %q, want it to start %q and carry Redis's WRONGTYPE", op, err, want)
+		}
+	}
+	if got := walk(t, st, "", 1); !slices.Equal(got, []string{"healthy", "wrong"}) {
+		t.Fatalf("walk beside a string key: %q", got)
+	}
+}

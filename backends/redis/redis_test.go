@@ -16,6 +16,17 @@ func harness() storagetest.Harness {
 		ModelSinglePages: 10_000,
 		ModelWalks:       1000,
 		RawWalk:          rawWalk,
+		Poison:           poison,
+	}
+}
+
+// poison replaces the index's sorted set with a string at the same Redis key (prefix + namespace +
+// ":" + key, as the package documents), as another program sharing the database would.
+func poison(tb testing.TB, st is.Storage, ns, key string) {
+	tb.Helper()
+	s := st.(*redis.Store)
+	if err := s.Client().Set(context.Background(), s.KeyPrefix()+ns+":"+key, "not a sorted set", 0).Err(); err != nil {
+		tb.Fatalf("poison %s:%q: %v", ns, key, err)
 	}
 }
 
