@@ -41,6 +41,9 @@ type Options struct {
 	// small), detail says why in words. The sidecar stands down while its residency feed is stale
 	// (residency_stale), since it could no longer tell a resident agent from a stranded one.
 	StandDown func() (reason, detail string)
+	// StandDownReasons lists the reasons StandDown may give, so that the metric shows each at 0 from
+	// start-up rather than from the first time it happens.
+	StandDownReasons []string
 	// Locker, if set, holds each agent during its archive.
 	Locker Locker
 	// OnDrained is called once for each agent whose whole stack drained to the bottom layer.
@@ -118,7 +121,8 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Sweeper{cfg: cfg.clamped(), stack: stack, opts: opts, log: opts.Logger}
+	s := &Sweeper{cfg: cfg.clamped(), stack: stack, opts: opts, log: opts.Logger,
+		reasons: slices.Clone(opts.StandDownReasons)}
 	// Layers are told apart by their position in the stack, never by ==: a Layer's dynamic type need
 	// not be comparable.
 	archives := stack.Archives()

@@ -97,11 +97,12 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 	}
 	s.feed = newFeed(cfg.Residency.TTL, s.now)
 	if s.sweeper, err = sweeper.New(cfg.SweeperConfig(), s.stack, sweeper.Options{
-		Residency:     s.feed.isResident,
-		Shards:        s.feed.shards,
-		StandDown:     s.feed.standDown,
-		MeterProvider: s.provider,
-		Logger:        log.With("component", "sweep"),
+		Residency:        s.feed.isResident,
+		Shards:           s.feed.shards,
+		StandDown:        s.feed.standDown,
+		StandDownReasons: []string{StandDownResidencyStale},
+		MeterProvider:    s.provider,
+		Logger:           log.With("component", "sweep"),
 	}); err != nil {
 		return nil, err
 	}

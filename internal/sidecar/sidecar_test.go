@@ -153,6 +153,9 @@ func TestAPI_AssignmentAndResidencyFeedTheSweep(t *testing.T) {
 
 func TestAPI_StaleResidencyStandsTheSweepDown(t *testing.T) {
 	s, srv, clk := testSidecar(t, func(c *config.Config) { c.Residency.TTL = 2 * time.Minute })
+	if _, body := call(t, srv, "GET", "/metrics", "", nil); !strings.Contains(body["raw"].(string), `oplog_sweep_standing_down{reason="residency_stale"} 0`) {
+		t.Fatalf("before any tick /metrics lacks residency_stale at 0:\n%s", body["raw"])
+	}
 	a := strand(t, s, "x", 2)
 	call(t, srv, "PUT", "/v1/assignment", "", jsonBody(map[string]any{"shard_count": 1, "shards": []int{0}}))
 	call(t, srv, "PUT", "/v1/residency", "", jsonBody(map[string]any{"agents": []string{}}))
