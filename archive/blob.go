@@ -2,6 +2,8 @@ package archive
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -13,8 +15,9 @@ import (
 )
 
 // BlobStore is the contract of a blob store under the blob layer. Paths are '/'-separated segments, each
-// non-empty, made of [A-Za-z0-9%._-] and not starting with '.' (ValidateBlobPath): a store may map them
-// to files or object names as they are. Implementations must be safe for concurrent use.
+// non-empty, at most MaxSegmentLen bytes, made of [A-Za-z0-9%._-] and not starting with '.'
+// (ValidateBlobPath): a store may map them to files or object names as they are. Implementations must
+// be safe for concurrent use.
 type BlobStore interface {
 	// Put stores data at path, replacing what was there. A reader never sees part of a Put: it sees
 	// the old blob, or none, or the whole new one.
@@ -35,9 +38,13 @@ var ErrBlobNotFound = errors.New("blob not found")
 // ErrInvalidBlobPath is returned for a path that breaks ValidateBlobPath.
 var ErrInvalidBlobPath = errors.New("invalid blob path")
 
+// MaxSegmentLen is the longest segment of a blob path, in bytes: the longest file name common file
+// systems allow.
+const MaxSegmentLen = 255
+
 // ValidateBlobPath checks path is safe to use as it is in a file system or an object store: segments
-// of [A-Za-z0-9%._-], none empty, none starting with '.' (so never "." or ".."). A List prefix may end
-// with '/' or be empty; a blob path may not.
+// of [A-Za-z0-9%._-], none empty or longer than MaxSegmentLen, none starting with '.' (so never "." or
+// ".."). A List prefix may end with '/' or be empty; a blob path may not.
 func ValidateBlobPath(path string, isPrefix bool) error {
 	if isPrefix {
 		path = strings.TrimSuffix(path, "/")
@@ -51,6 +58,9 @@ func ValidateBlobPath(path string, isPrefix bool) error {
 	for seg := range strings.SplitSeq(path, "/") {
 		if seg == "" || seg[0] == '.' {
 			return fmt.Errorf("%w: %q has an empty segment or one starting with '.'", ErrInvalidBlobPath, path)
+		}
+		if len(seg) > MaxSegmentLen {
+			return fmt.Errorf("%w: a segment of %q has %d bytes, at most %d fit a file name", ErrInvalidBlobPath, path, len(seg), MaxSegmentLen)
 		}
 		for i := 0; i < len(seg); i++ {
 			if !segmentByte(seg[i]) && seg[i] != '%' && seg[i] != '.' {
@@ -84,9 +94,28 @@ func EscapeSegment(s string) string {
 	return b.String()
 }
 
+// PathSegment turns any string into one blob path segment of at most MaxSegmentLen bytes, one to one.
+// A string whose EscapeSegment form fits is that form, unchanged. A longer one is the longest prefix
+// of its escaped form that leaves room for the hash and does not split a %XX escape, then '.', then the
+// lower-case hex SHA-256 of the raw string. EscapeSegment never writes '.', so a long form cannot
+// equal a short one, and the hash tells long forms apart. docs/storage-format.md has a worked example.
+func PathSegment(s string) string {
+	esc := EscapeSegment(s)
+	if len(esc) <= MaxSegmentLen {
+		return esc
+	}
+	cut := MaxSegmentLen - 1 - 2*sha256.Size
+	// Hex digits are never '%', so the last '%' before the cut starts the escape the cut may split.
+	if i := strings.LastIndexByte(esc[:cut], '%'); i > cut-3 {
+		cut = i
+	}
+	sum := sha256.Sum256([]byte(s))
+	return esc[:cut] + "." + hex.EncodeToString(sum[:])
+}
+
 // Blob is a blob archive level, a target only (it cannot enumerate its agents). Each chunk is one blob
-// at "{mode}/{L}/{escaped component}/{escaped name}/{last index, 20 digits}", so a chunk's path is fixed
-// by its content: writing it again rewrites identical bytes.
+// at "{mode}/{L}/{component segment}/{name segment}/{last index, 20 digits}", the segments made by
+// PathSegment, so a chunk's path is fixed by its content: writing it again rewrites identical bytes.
 type Blob struct {
 	store BlobStore
 	level int
@@ -115,7 +144,7 @@ func (b *Blob) ScanAgents(context.Context, oplog.Mode, is.Resume, int) (is.Page,
 
 // Dir is the path prefix under which the layer keeps the agent's chunks.
 func (b *Blob) Dir(agent oplog.AgentID, mode oplog.Mode) string {
-	return fmt.Sprintf("%s/%d/%s/%s/", mode, b.level, EscapeSegment(agent.Component), EscapeSegment(agent.Name))
+	return fmt.Sprintf("%s/%d/%s/%s/", mode, b.level, PathSegment(agent.Component), PathSegment(agent.Name))
 }
 
 // ChunkPath is the path of the agent's chunk ending at last.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -91,7 +92,7 @@ func Run(t *testing.T, newStore func(tb testing.TB) archive.BlobStore) {
 	})
 	t.Run("UnsafePathsAreRejected", func(t *testing.T) {
 		s, ctx := newStore(t), t.Context()
-		for _, p := range []string{"", "..", "a/../b", "./a", "/abs", "a//b", "a/.hidden", `a\b`, "a/b\x00", "a b", "ü"} {
+		for _, p := range []string{"", "..", "a/../b", "./a", "/abs", "a//b", "a/.hidden", `a\b`, "a/b\x00", "a b", "ü", "a/" + strings.Repeat("x", archive.MaxSegmentLen+1) + "/b"} {
 			if err := s.Put(ctx, p, []byte("x")); !errors.Is(err, archive.ErrInvalidBlobPath) {
 				t.Fatalf("Put(%q): %v, want ErrInvalidBlobPath", p, err)
 			}
@@ -101,6 +102,16 @@ func Run(t *testing.T, newStore func(tb testing.TB) archive.BlobStore) {
 		}
 		if paths, _ := s.List(ctx, ""); len(paths) != 0 {
 			t.Fatalf("rejected puts left %q", paths)
+		}
+	})
+	t.Run("SegmentsUpToTheLimitAreStored", func(t *testing.T) {
+		s, ctx := newStore(t), t.Context()
+		p := "a/" + strings.Repeat("x", archive.MaxSegmentLen) + "/" + strings.Repeat("y", archive.MaxSegmentLen)
+		if err := s.Put(ctx, p, []byte("long")); err != nil {
+			t.Fatalf("Put of %d-byte segments: %v", archive.MaxSegmentLen, err)
+		}
+		if got, err := s.Get(ctx, p); err != nil || string(got) != "long" {
+			t.Fatalf("Get: %q %v", got, err)
 		}
 	})
 	t.Run("ReaderNeverSeesAPartialPut", func(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package fsblob is an archive.BlobStore on a local directory. A blob path maps to a file path as it
-// is: archive.ValidateBlobPath admits only segments of [A-Za-z0-9%._-] that do not start with '.', and
-// the blob layer escapes agent names into such segments, so no path can climb out of the directory.
+// is: archive.ValidateBlobPath admits only segments of [A-Za-z0-9%._-] that do not start with '.' and
+// fit a file name (255 bytes), and the blob layer turns agent names into such segments
+// (archive.PathSegment), so no path can climb out of the directory or be too long for it.
 package fsblob
 
 import (
