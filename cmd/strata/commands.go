@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,13 +29,23 @@ func flags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 	return fs, path
 }
 
+// parseFlags parses args into fs. A bad flag is a usage error (exit 2), as a bad value is; the flag
+// package has already printed the usage.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &usageError{err.Error()}
+}
+
 func loadConfig(path string) (config.Config, error) {
 	return config.Load(path, environ())
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs, path := flags("run", stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := loadConfig(*path)
@@ -60,24 +71,48 @@ func openQuiet(ctx context.Context, path string, stderr io.Writer) (*sidecar.Sid
 	return sc, cfg, err
 }
 
+// The ranges of sweep --once's flags, checked before any storage is opened. --gap is bounded as
+// sweep.interval is; --max-ticks' default covers two passes over about two million keys (or 256,000
+// stranded agents) at the default budgets, and a run that needs more is better split.
+var (
+	gapRange      = sweeper.Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
+	maxTicksRange = sweeper.Range[int]{Min: 1, Max: 1_000_000}
+)
+
+const defaultMaxTicks = 1000
+
 func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, path := flags("sweep", stderr)
 	once := fs.Bool("once", false, "run one full sweep and exit (required: `strata run` sweeps continuously)")
 	asJSON := fs.Bool("json", false, "print each tick's report as a JSON line")
-	gap := fs.Duration("gap", 10*time.Second, "wait between the sweep's two passes: an agent whose oplog did not change for this long is archived")
+	gap := fs.Duration("gap", 10*time.Second, fmt.Sprintf("wait between the sweep's two passes, %s to %s: an agent whose "+
+		"oplog did not change for this long is archived", formatBound(gapRange.Min), formatBound(gapRange.Max)))
+	maxTicks := fs.Int("max-ticks", defaultMaxTicks, fmt.Sprintf("give up after this many ticks, %d to %d, and fail",
+		maxTicksRange.Min, maxTicksRange.Max))
 	shards := fs.String("shards", "0", "comma-separated `shards` this process owns")
-	shardCount := fs.Int("shard-count", 1, "how many shards the cluster has")
-	if err := fs.Parse(args); err != nil {
+	shardCount := fs.Int("shard-count", 1, fmt.Sprintf("how many shards the cluster has, 0 to %d", sweeper.MaxShardCount))
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if !*once {
 		return &usageError{"only --once is supported here; `strata run` sweeps continuously"}
 	}
+	if !gapRange.Contains(*gap) {
+		return &usageError{fmt.Sprintf("--gap %s: want a duration from %s to %s", *gap, formatBound(gapRange.Min), formatBound(gapRange.Max))}
+	}
+	if !maxTicksRange.Contains(*maxTicks) {
+		return &usageError{fmt.Sprintf("--max-ticks %d: want %d to %d", *maxTicks, maxTicksRange.Min, maxTicksRange.Max)}
+	}
 	owned, err := parseShards(*shards)
 	if err != nil {
 		return &usageError{err.Error()}
 	}
-	sc, _, err := openQuiet(ctx, *path, stderr)
+	// The same validation as PUT /v1/assignment; no lease, as the assignment lives as long as the command.
+	assignment, err := sweeper.NewAssignment(*shardCount, owned, 0, time.Now())
+	if err != nil {
+		return &usageError{fmt.Sprintf("--shards %s --shard-count %d: %v", *shards, *shardCount, err)}
+	}
+	sc, cfg, err := openQuiet(ctx, *path, stderr)
 	if err != nil {
 		return err
 	}
@@ -85,36 +120,31 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Nothing is known to be resident from the command line: the quiet gate (no change for --gap) and
 	// the archive step's bounded drop are what keep a live agent's entries safe.
 	sc.SetResident(nil)
-	sc.SetAssignment(sweeper.Assignment{ShardCount: *shardCount, Shards: owned})
+	sc.SetAssignment(assignment)
 
-	// A sweep archives an agent seen unchanged by two passes: tick until every route has completed two.
-	archived, ticks := 0, 0
-	completed := map[string]int{}
+	run := newOnceSweep(*maxTicks, cfg.Sweep.MaxArchivesPerTick)
 	for {
 		rep := sc.Sweeper().SweepOnce(ctx)
-		ticks++
-		archived += rep.Outcomes[sweeper.OutcomeArchived]
+		stop := run.observe(rep)
 		if *asJSON {
-			line, _ := json.Marshal(sidecar.ReportJSON(rep))
-			fmt.Fprintln(stdout, string(line))
+			raw, _ := json.Marshal(sidecar.ReportJSON(rep))
+			fmt.Fprintln(stdout, string(raw))
 		} else {
-			fmt.Fprintf(stdout, "tick %d: %s\n", ticks, summarize(rep))
-		}
-		if rep.Unassigned || rep.StoodDown != "" || rep.Disabled || ctx.Err() != nil {
-			break
-		}
-		done := true
-		for _, rr := range rep.Routes {
-			if rr.PassCompleted {
-				completed[rr.Route]++
+			fmt.Fprintf(stdout, "tick %d: %s\n", run.ticks, summarize(rep))
+			for _, u := range unreadableOf(rep) {
+				fmt.Fprintf(stdout, "  unreadable: %s: %s\n", u.Where, u.Err)
 			}
-			done = done && completed[rr.Route] >= 2
+			if n := rep.Outcomes[sweeper.OutcomeUnreadable] - len(unreadableOf(rep)); n > 0 {
+				fmt.Fprintf(stdout, "  unreadable: %d more not listed\n", n)
+			}
 		}
-		if done {
+		if stop || ctx.Err() != nil {
 			break
 		}
+		// The second pass must come at least --gap after the first; until a pass completes, the next
+		// tick continues the walk, after the sweep's own wait (its backoff) but never longer than --gap.
 		wait := rep.NextWait
-		if rep.Routes != nil && anyCompleted(rep) {
+		if anyCompleted(rep) {
 			wait = *gap
 		}
 		select {
@@ -123,9 +153,27 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "archived %d agents in %d ticks\n", archived, ticks)
+		fmt.Fprintln(stdout, run.summary())
 	}
-	return nil
+	if run.stopped == keepGoing && ctx.Err() != nil {
+		return fmt.Errorf("interrupted after %d ticks, before the sweep completed", run.ticks)
+	}
+	return run.err()
+}
+
+// formatBound writes a duration bound: 0 without a unit, "24h" rather than "24h0m0s".
+func formatBound(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 func anyCompleted(rep sweeper.Report) bool {
@@ -135,6 +183,149 @@ func anyCompleted(rep sweeper.Report) bool {
 		}
 	}
 	return false
+}
+
+// unreadableOf lists the unreadable keys the tick's routes listed.
+func unreadableOf(rep sweeper.Report) []sweeper.UnreadableKey {
+	out := []sweeper.UnreadableKey{}
+	for _, rr := range rep.Routes {
+		out = append(out, rr.Unreadable...)
+	}
+	return out
+}
+
+// onceStop is why `strata sweep --once` stopped.
+type onceStop int
+
+const (
+	keepGoing    onceStop = iota
+	stopDone              // every route completed two passes, and the archives they found are done
+	stopIdle              // the sweep did nothing and will not: disabled, unassigned or stood down
+	stopStuck             // a tick made no progress at all while routes reported errors: storage is down
+	stopMaxTicks          // --max-ticks ticks without completing
+)
+
+// onceSweep is what `strata sweep --once` has seen so far. Whether to go on, and whether the run
+// failed, are decided from the reports alone, so both are tested with fabricated reports.
+type onceSweep struct {
+	maxTicks int
+	// maxArchives is sweep.max_archives_per_tick: a tick that used all of it may have left agents that
+	// passed the gate for the next tick, even after the second pass.
+	maxArchives int
+	ticks       int
+	archived    int
+	completed   map[string]int // passes each route completed
+
+	archiveFailed, unreadable, storageErrors int
+	// unreadableKeys are the distinct unreadable keys the reports listed (by route and where), the
+	// first sweeper.MaxUnreadableListed of them; moreUnreadable counts the other distinct ones.
+	unreadableKeys []sweeper.UnreadableKey
+	moreUnreadable int
+	seen           map[[2]string]bool
+
+	stopped   onceStop
+	stuckTick int // the tick that made no progress, for stopStuck
+}
+
+func newOnceSweep(maxTicks, maxArchivesPerTick int) *onceSweep {
+	return &onceSweep{maxTicks: maxTicks, maxArchives: maxArchivesPerTick, completed: map[string]int{}, seen: map[[2]string]bool{}}
+}
+
+// observe takes one tick's report and reports whether to stop.
+func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
+	o.ticks++
+	o.archived += rep.Outcomes[sweeper.OutcomeArchived]
+	o.archiveFailed += rep.Outcomes[sweeper.OutcomeArchiveFailed]
+	o.unreadable += rep.Outcomes[sweeper.OutcomeUnreadable]
+	progress, failures, attempts, budgetBound := false, 0, 0, false
+	for _, rr := range rep.Routes {
+		attempts += rr.Outcomes[sweeper.OutcomeArchived] + rr.Outcomes[sweeper.OutcomeDeclined] + rr.Outcomes[sweeper.OutcomeArchiveFailed]
+		budgetBound = budgetBound || rr.Truncated == sweeper.ReasonArchiveBudget
+		o.storageErrors += rr.Errors
+		failures += rr.Errors + rr.Outcomes[sweeper.OutcomeUnreadable] + rr.Outcomes[sweeper.OutcomeArchiveFailed]
+		if rr.Scanned > 0 || rr.PassCompleted || rr.Outcomes[sweeper.OutcomeArchived] > 0 || rr.Outcomes[sweeper.OutcomeDeclined] > 0 {
+			progress = true
+		}
+		if rr.PassCompleted {
+			o.completed[rr.Route]++
+		}
+		for _, u := range rr.Unreadable {
+			id := [2]string{u.Route, u.Where}
+			switch {
+			case o.seen[id]:
+			case len(o.unreadableKeys) < sweeper.MaxUnreadableListed:
+				o.seen[id] = true
+				o.unreadableKeys = append(o.unreadableKeys, u)
+			default:
+				o.seen[id] = true
+				o.moreUnreadable++
+			}
+		}
+	}
+	// Archives cost budget whether they succeed or not, so a tick that spent it all may have left
+	// agents that passed the gate: go on until a tick does not.
+	done := !budgetBound && attempts < o.maxArchives
+	for _, rr := range rep.Routes {
+		done = done && o.completed[rr.Route] >= 2
+	}
+	switch {
+	case rep.Disabled || rep.Unassigned || rep.StoodDown != "":
+		o.stopped = stopIdle
+	case done:
+		o.stopped = stopDone
+	case !progress && failures > 0:
+		o.stopped, o.stuckTick = stopStuck, o.ticks
+	case o.ticks >= o.maxTicks:
+		o.stopped = stopMaxTicks
+	}
+	return o.stopped != keepGoing
+}
+
+// summary is the last line of the text output: what was archived, and every unreadable key.
+func (o *onceSweep) summary() string {
+	line := fmt.Sprintf("archived %d agents in %d ticks", o.archived, o.ticks)
+	if len(o.unreadableKeys) > 0 {
+		var keys []string
+		for _, u := range o.unreadableKeys {
+			keys = append(keys, fmt.Sprintf("%s (%s)", u.Where, u.Err))
+		}
+		line += "; unreadable: " + strings.Join(keys, ", ")
+		if o.moreUnreadable > 0 {
+			line += fmt.Sprintf(" and %d more", o.moreUnreadable)
+		}
+	}
+	return line
+}
+
+// err is the run's verdict: nil only when it completed, or had nothing to do, and nothing failed.
+func (o *onceSweep) err() error {
+	var parts []string
+	switch o.stopped {
+	case stopStuck:
+		parts = append(parts, fmt.Sprintf("storage down: tick %d made no progress and its routes reported errors", o.stuckTick))
+	case stopMaxTicks:
+		parts = append(parts, fmt.Sprintf("no complete sweep in --max-ticks %d ticks: some route did not complete two passes", o.maxTicks))
+	}
+	if o.archiveFailed > 0 {
+		parts = append(parts, fmt.Sprintf("%d archive attempts failed", o.archiveFailed))
+	}
+	if o.unreadable > 0 {
+		var wheres []string
+		for _, u := range o.unreadableKeys {
+			wheres = append(wheres, u.Where)
+		}
+		if o.moreUnreadable > 0 {
+			wheres = append(wheres, fmt.Sprintf("and %d more", o.moreUnreadable))
+		}
+		parts = append(parts, fmt.Sprintf("unreadable: %s (%d failed reads)", strings.Join(wheres, ", "), o.unreadable))
+	}
+	if o.storageErrors > 0 {
+		parts = append(parts, fmt.Sprintf("%d storage calls failed (see the log)", o.storageErrors))
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return errors.New("sweep failed: " + strings.Join(parts, "; "))
 }
 
 func summarize(rep sweeper.Report) string {
@@ -152,6 +343,13 @@ func summarize(rep sweeper.Report) string {
 			parts = append(parts, fmt.Sprintf("%s %d", o, n))
 		}
 	}
+	errs := 0
+	for _, rr := range rep.Routes {
+		errs += rr.Errors
+	}
+	if errs > 0 {
+		parts = append(parts, fmt.Sprintf("%d failed storage calls", errs))
+	}
 	if len(rep.Truncated) > 0 {
 		parts = append(parts, fmt.Sprintf("truncated by %v", rep.Truncated))
 	}
@@ -168,7 +366,7 @@ func parseShards(s string) ([]int, error) {
 			continue
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 0 {
+		if err != nil {
 			return nil, fmt.Errorf("--shards: %q is not a shard number", f)
 		}
 		out = append(out, n)
@@ -193,12 +391,15 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	mode := fs.String("mode", "ephemeral", "agent `mode`: ephemeral or durable")
 	layerName := fs.String("layer", "compressed-1", "the `layer` to walk (one that can enumerate its agents)")
 	limit := fs.Int("limit", 0, "stop after this many agents (0: all)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	m, err := oplog.ParseMode(*mode)
 	if err != nil {
 		return &usageError{err.Error()}
+	}
+	if *limit < 0 {
+		return &usageError{fmt.Sprintf("--limit %d: want 0 (all) or more", *limit)}
 	}
 	sc, _, err := openQuiet(ctx, *path, stderr)
 	if err != nil {
@@ -209,38 +410,70 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if layer == nil {
 		return &usageError{fmt.Sprintf("no layer %q; the stack has %s", *layerName, strings.Join(names, ", "))}
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	unreadable, err := scanLayer(ctx, layer, m, *limit, stdout)
+	switch {
+	case err != nil:
+		return err
+	case unreadable > 0:
+		return fmt.Errorf("%d agents or files could not be read (the rows marked unreadable)", unreadable)
+	}
+	return nil
+}
+
+// scanLayer writes the agents the layer holds in mode, with their last index, up to limit agents (0:
+// all). What it cannot read, a file the page passed over or an agent whose last index read failed, is a
+// row marked unreadable with the error, and the walk goes on; it returns how many there were. Only a
+// failed page read, which leaves no place to resume from, stops it.
+func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, w io.Writer) (unreadable int, err error) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer func() {
+		if ferr := tw.Flush(); err == nil {
+			err = ferr
+		}
+	}()
 	fmt.Fprintln(tw, "AGENT\tLAST INDEX")
 	n := 0
 	for from := (is.Resume{}); ; {
 		page, err := layer.ScanAgents(ctx, m, from, 256)
 		if err != nil {
-			return err
+			return unreadable, err
+		}
+		for _, u := range page.Unreadable {
+			where := u.Where
+			if where == "" {
+				where = u.Key
+			}
+			fmt.Fprintf(tw, "%s\tunreadable: %v\n", where, u.Err)
+			unreadable++
 		}
 		for _, key := range page.Keys {
 			last := "?"
 			if a, err := oplog.ParseAgentKey(key); err == nil {
-				if idx, ok, err := layer.LastIndex(ctx, a, m); err == nil && ok {
+				idx, ok, err := layer.LastIndex(ctx, a, m)
+				switch {
+				case err != nil:
+					last = "unreadable: " + err.Error()
+					unreadable++
+				case ok:
 					last = strconv.FormatUint(uint64(idx), 10)
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\n", key, last)
-			if n++; *limit > 0 && n >= *limit {
-				return tw.Flush()
+			if n++; limit > 0 && n >= limit {
+				return unreadable, nil
 			}
 		}
 		if page.Done {
-			break
+			return unreadable, nil
 		}
 		from = page.Next
 	}
-	return tw.Flush()
 }
 
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, path := flags("inspect", stderr)
 	mode := fs.String("mode", "ephemeral", "agent `mode`: ephemeral or durable")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -306,7 +539,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&d.Invocations, "invocations", d.Invocations, "ephemeral invocations the executor runs")
 	fs.Float64Var(&d.LoseRate, "lose", d.LoseRate, "share of teardown drains lost, 0..1")
 	fs.Uint64Var(&d.Seed, "seed", 0, "random seed (0: random)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if d.LoseRate < 0 || d.LoseRate > 1 || d.Invocations < 1 {

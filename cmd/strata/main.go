@@ -1,7 +1,7 @@
 // Command strata is the strata sidecar and its tools:
 //
 //	strata run [--config FILE]                  serve the API and sweep beside an executor
-//	strata sweep --once [--json] [--config FILE] one full sweep from the command line
+//	strata sweep --once [--json] [--config FILE] one full sweep from the command line; exits 1 if it failed
 //	strata scan [--mode M] [--layer L]          list the agents a layer holds
 //	strata inspect [--mode M] AGENT             where an agent's entries live, per layer
 //	strata demo [--dir DIR]                     the whole story on embedded SQLite
@@ -25,9 +25,13 @@ const usage = `strata archives ephemeral oplogs down storage layers by sweeping 
 
 Usage:
   strata run [--config FILE]                    serve the HTTP API and run the sweep beside an executor
-  strata sweep --once [--json] [--config FILE]  one full sweep (two passes, --gap apart), then exit
-  strata scan [--config FILE] [--mode M] [--layer L]
-                                                list the agents a layer holds, with their last index
+  strata sweep --once [--json] [--config FILE] [--gap D] [--max-ticks N] [--shards S --shard-count N]
+                                                one full sweep (two passes, --gap apart), then exit; exits 1
+                                                if an archive failed, a key was unreadable, storage failed
+                                                or the sweep did not complete in --max-ticks ticks
+  strata scan [--config FILE] [--mode M] [--layer L] [--limit N]
+                                                list the agents a layer holds, with their last index;
+                                                exits 1 after the list if any could not be read
   strata inspect [--config FILE] [--mode M] AGENT
                                                 each layer's first and last index and entry count for AGENT
   strata demo [--dir DIR]                       an executor losing teardown drains, the sweep, a verification

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stratalog/strata/backends/fsblob"
+	"github.com/stratalog/strata/backends/multisqlite"
+	"github.com/stratalog/strata/internal/sidecar"
+	"github.com/stratalog/strata/oplog"
+)
+
+func TestBinary_SweepOnceRefusesBadFlagsWithUsageErrors(t *testing.T) {
+	d := newDeployment(t, "", "")
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--shards", "5", "--shard-count", "2"}, "shard 5 is outside 0..1"},
+		{[]string{"--gap", "-1s"}, "--gap -1s: want a duration from 0 to 24h"},
+	} {
+		code, out, errOut := runBinary(t, nil, append([]string{"sweep", "--once", "--config", d.config}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.says) {
+			t.Errorf("sweep --once %s: exit %d\n%s%s\nwant exit 2 saying %q", strings.Join(c.args, " "), code, out, errOut, c.says)
+		}
+	}
+}
+
+// multiSQLite is a deployment whose indexed storage is multi-file SQLite.
+type multiSQLite struct {
+	dir, config, index string
+}
+
+func newMultiSQLite(t *testing.T) multiSQLite {
+	t.Helper()
+	dir := t.TempDir()
+	m := multiSQLite{dir: dir, config: filepath.Join(dir, "strata.toml"), index: filepath.Join(dir, "index")}
+	cfg := fmt.Sprintf(`[storage]
+url = "multisqlite://%[1]s"
+[schedule]
+url = "sqlite://%[2]s/schedule.db"
+[blob]
+url = "fs://%[2]s/blobs"
+`, m.index, dir)
+	if err := os.WriteFile(m.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// open opens the deployment's stores from the test process; close them before the binary runs.
+func (m multiSQLite) open(t *testing.T) (*oplog.Stack, *multisqlite.Store) {
+	t.Helper()
+	st, err := multisqlite.Open(t.Context(), m.index, multisqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	blobs, err := fsblob.Open(filepath.Join(m.dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stack, err := sidecar.BuildStack(st, blobs, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stack, st
+}
+
+// The Done-when check of the unreadable-key work: one file of compressed level 1 that is not a
+// database stalls nothing. sweep --once archives every other agent, names the file, and exits non-zero.
+func TestBinary_SweepOnceArchivesPastACorruptFileNamesItAndFails(t *testing.T) {
+	const n, entries = 300, 3
+	m := newMultiSQLite(t)
+	stack, st := m.open(t)
+	agents := strandAgents(t, stack, n, entries)
+	// A file named like the backend's index files (64 lowercase hex digits and .db) in the level's
+	// namespace directory, in the middle of the walk's order, holding garbage.
+	bad := strings.Repeat("7f", 32) + ".db"
+	nsDir := st.NamespaceDir(oplog.CompressedNamespace(oplog.Ephemeral, 1))
+	if err := os.WriteFile(filepath.Join(nsDir, bad), bytes.Repeat([]byte("not a SQLite database\n"), 200), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	code, out, errOut := runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", m.config)
+	t.Logf("sweep --once: exit %d\n%s%s", code, out, errOut)
+	if code != 1 {
+		t.Fatalf("exit %d; want 1: a key was unreadable", code)
+	}
+	if !strings.Contains(out, bad) || !strings.Contains(errOut, bad) {
+		t.Fatalf("the output does not name %s in the ticks and the summary (stdout) and in the error (stderr)", bad)
+	}
+	if !strings.Contains(out, fmt.Sprintf("archived %d agents", n)) {
+		t.Fatalf("the summary does not say all %d agents were archived", n)
+	}
+
+	stack, _ = m.open(t)
+	ctx := t.Context()
+	if got := requireWhole(t, stack, agents, entries); got != n {
+		t.Fatalf("%d of %d agents in the blob layer", got, n)
+	}
+	for _, a := range agents {
+		for _, l := range stack.Layers()[:len(stack.Layers())-1] {
+			if _, ok, err := l.LastIndex(ctx, a, oplog.Ephemeral); ok || err != nil {
+				t.Fatalf("%s: %s still holds entries (%v) after the sweep", a, l.Name(), err)
+			}
+		}
+	}
+}

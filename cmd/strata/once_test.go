@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/sweeper"
+)
+
+// The flags are checked before any storage is opened, so none of these needs a configuration.
+func TestSweepFlags_BadValuesAreUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--shards", "5", "--shard-count", "2"}, "--shards 5 --shard-count 2: invalid shard assignment: shard 5 is outside 0..1"},
+		{[]string{"--shards", "1,1", "--shard-count", "2"}, "shard 1 is listed twice"},
+		{[]string{"--shards", "-1"}, "shard -1 is outside 0..0"},
+		{[]string{"--shards", "x"}, `--shards: "x" is not a shard number`},
+		{[]string{"--shard-count", "20000"}, "shard count 20000, want 0 to 16384"},
+		{[]string{"--gap", "-1s"}, "--gap -1s: want a duration from 0 to 24h"},
+		{[]string{"--gap", "25h"}, "--gap 25h0m0s: want a duration from 0 to 24h"},
+		{[]string{"--gap", "soon"}, `invalid value "soon" for flag -gap`},
+		{[]string{"--max-ticks", "0"}, "--max-ticks 0: want 1 to 1000000"},
+		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+	} {
+		var out, errOut strings.Builder
+		code := run(append([]string{"sweep", "--once"}, c.args...), &out, &errOut)
+		if code != 2 || !strings.Contains(errOut.String(), c.says) {
+			t.Errorf("sweep --once %s: exit %d, %q; want exit 2 saying %q", strings.Join(c.args, " "), code, errOut.String(), c.says)
+		}
+	}
+	var out, errOut strings.Builder
+	if code := run([]string{"scan", "--limit", "-1"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--limit -1") {
+		t.Errorf("scan --limit -1: exit %d, %q; want a usage error", code, errOut.String())
+	}
+}
+
+// tick fabricates a report of one route.
+func tick(route string, scanned int, pass bool, errs int, outcomes map[sweeper.Outcome]int, unreadable ...sweeper.UnreadableKey) sweeper.Report {
+	if outcomes == nil {
+		outcomes = map[sweeper.Outcome]int{}
+	}
+	return sweeper.Report{Outcomes: outcomes, Routes: []sweeper.RouteReport{{Route: route, Outcomes: outcomes, Scanned: scanned,
+		PassCompleted: pass, Errors: errs, Unreadable: unreadable}}}
+}
+
+// observeAll feeds the reports until the run stops, and returns how many it took.
+func observeAll(t *testing.T, o *onceSweep, reps ...sweeper.Report) int {
+	t.Helper()
+	for i, rep := range reps {
+		if o.observe(rep) {
+			return i + 1
+		}
+	}
+	return len(reps)
+}
+
+func TestOnceSweep_StopsWhenEveryRouteCompletedTwoPassesAndSucceedsWhenNothingFailed(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks, 256)
+	two := func(l1, l2 bool) sweeper.Report {
+		return sweeper.Report{Routes: []sweeper.RouteReport{{Route: "ephemeral-l1", Scanned: 1, PassCompleted: l1}, {Route: "ephemeral-l2", PassCompleted: l2}}}
+	}
+	if n := observeAll(t, o, two(true, false), two(true, true), two(false, false), two(false, true), two(true, true)); n != 4 {
+		t.Fatalf("stopped after %d ticks; want 4, when the second route completed its second pass", n)
+	}
+	if o.stopped != stopDone || o.err() != nil {
+		t.Fatalf("stopped %v, %v; want done without an error", o.stopped, o.err())
+	}
+}
+
+// The second pass can find more agents than a tick may archive; the run goes on until they are done.
+func TestOnceSweep_AfterTwoPassesGoesOnWhileTheArchiveBudgetRunsOut(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks, 256)
+	full := map[sweeper.Outcome]int{sweeper.OutcomeArchived: 250, sweeper.OutcomeArchiveFailed: 6}
+	cut := tick("r", 300, false, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 10})
+	cut.Routes[0].Truncated = sweeper.ReasonArchiveBudget
+	rest := map[sweeper.Outcome]int{sweeper.OutcomeArchived: 44}
+	if n := observeAll(t, o, tick("r", 300, true, 0, nil), tick("r", 300, true, 6, full), cut, tick("r", 0, false, 0, rest), tick("r", 0, false, 0, nil)); n != 4 {
+		t.Fatalf("stopped after %d ticks; want 4, the first tick after the second pass that did not spend the whole archive budget", n)
+	}
+	if o.stopped != stopDone || o.archived != 304 {
+		t.Fatalf("stopped %v with %d archived; want done with 304", o.stopped, o.archived)
+	}
+}
+
+func TestOnceSweep_ArchiveFailuresFailTheRunAfterItsWork(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks, 256)
+	failed := map[sweeper.Outcome]int{sweeper.OutcomeArchiveFailed: 2, sweeper.OutcomeArchived: 5}
+	n := observeAll(t, o, tick("r", 10, true, 2, nil), tick("r", 10, true, 2, failed))
+	if n != 2 || o.stopped != stopDone {
+		t.Fatalf("stopped after %d ticks (%v); want the two passes done", n, o.stopped)
+	}
+	err := o.err()
+	if err == nil || !strings.Contains(err.Error(), "2 archive attempts failed") || !strings.Contains(err.Error(), "4 storage calls failed") {
+		t.Fatalf("err %v; want the failed archives and storage calls", err)
+	}
+	if o.archived != 5 {
+		t.Fatalf("archived %d; want 5", o.archived)
+	}
+}
+
+func TestOnceSweep_NamesEveryUnreadableKeyOnce(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks, 256)
+	bad := sweeper.UnreadableKey{Route: "r", Where: "ns-ephemeral~compressed~1/7f7f.db", Err: "file is not a database"}
+	other := sweeper.UnreadableKey{Route: "r", Key: "c:x", Where: "c:x", Err: "wrong type"}
+	one := map[sweeper.Outcome]int{sweeper.OutcomeUnreadable: 1}
+	observeAll(t, o, tick("r", 5, true, 0, one, bad), tick("r", 5, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeUnreadable: 2}, bad, other))
+	err := o.err()
+	if err == nil || !strings.Contains(err.Error(), "unreadable: ns-ephemeral~compressed~1/7f7f.db, c:x (3 failed reads)") {
+		t.Fatalf("err %v; want the unreadable keys named", err)
+	}
+	if s := o.summary(); !strings.Contains(s, "unreadable: ns-ephemeral~compressed~1/7f7f.db (file is not a database), c:x (wrong type)") {
+		t.Fatalf("summary %q does not list the unreadable keys with their errors", s)
+	}
+}
+
+// A tick that read nothing while its routes failed is a store that is down: stop, and say so, rather
+// than loop forever on "nothing in the layer".
+func TestOnceSweep_StopsWhenATickMadeNoProgressAndRoutesFailed(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks, 256)
+	if n := observeAll(t, o, tick("r", 3, false, 0, nil), tick("r", 2, false, 1, nil), tick("r", 0, false, 1, nil), tick("r", 9, true, 0, nil)); n != 3 {
+		t.Fatalf("stopped after %d ticks; want 3: the tick that progressed despite an error goes on, the one that read nothing stops", n)
+	}
+	if err := o.err(); o.stopped != stopStuck || err == nil || !strings.Contains(err.Error(), "storage down: tick 3 made no progress") {
+		t.Fatalf("stopped %v, %v; want storage down named", o.stopped, err)
+	}
+}
+
+func TestOnceSweep_GivesUpAfterMaxTicksAndFails(t *testing.T) {
+	o := newOnceSweep(3, 256)
+	deadline := tick("r", 0, false, 0, nil)
+	deadline.Truncated = []sweeper.Reason{sweeper.ReasonDeadline}
+	if n := observeAll(t, o, deadline, deadline, deadline, deadline); n != 3 {
+		t.Fatalf("stopped after %d ticks; want --max-ticks 3", n)
+	}
+	if err := o.err(); o.stopped != stopMaxTicks || err == nil || !strings.Contains(err.Error(), "--max-ticks 3") {
+		t.Fatalf("stopped %v, %v; want a failure naming --max-ticks", o.stopped, err)
+	}
+}
+
+func TestOnceSweep_ASweepThatCannotRunStopsAtOnceWithoutFailing(t *testing.T) {
+	for _, rep := range []sweeper.Report{{Disabled: true}, {Unassigned: true, UnassignedReason: "assignment has no shards"}, {StoodDown: "x"}} {
+		o := newOnceSweep(defaultMaxTicks, 256)
+		if !o.observe(rep) || o.stopped != stopIdle || o.err() != nil {
+			t.Errorf("%+v: stopped %v, %v; want an idle stop", rep, o.stopped, o.err())
+		}
+	}
+}
+
+func TestSummarize_ATickWithErrorsIsNotNothingInTheLayer(t *testing.T) {
+	if s := summarize(tick("r", 0, false, 2, nil)); strings.Contains(s, "nothing in the layer") || !strings.Contains(s, "2 failed storage calls") {
+		t.Fatalf("summary %q; want the failed calls, not nothing in the layer", s)
+	}
+	if s := summarize(tick("r", 0, true, 0, nil)); s != "nothing in the layer" {
+		t.Fatalf("summary of an empty layer %q", s)
+	}
+}
+
+// scanLayer is tested over a layer whose pages pass over a file and whose last index read fails for
+// one agent; the other methods of oplog.Layer are never called.
+type brokenLayer struct {
+	oplog.Layer
+	pages []is.Page
+}
+
+func (l *brokenLayer) ScanAgents(_ context.Context, _ oplog.Mode, from is.Resume, _ int) (is.Page, error) {
+	if from.IsStart() {
+		return l.pages[0], nil
+	}
+	return l.pages[1], nil
+}
+
+func (l *brokenLayer) LastIndex(_ context.Context, a oplog.AgentID, _ oplog.Mode) (oplog.Index, bool, error) {
+	if a.Name == "b" {
+		return 0, false, errors.New("database disk image is malformed")
+	}
+	return 7, true, nil
+}
+
+func TestScanLayer_MarksWhatItCannotReadAndWalksOn(t *testing.T) {
+	layer := &brokenLayer{pages: []is.Page{
+		{Keys: []string{"c:a", "c:b"}, Next: is.MarkerResume("c:b"),
+			Unreadable: []is.Unreadable{{Where: "ns-ephemeral~compressed~1/7f7f.db", Err: errors.New("file is not a database")}}},
+		{Keys: []string{"c:c"}, Done: true},
+	}}
+	var out strings.Builder
+	n, err := scanLayer(t.Context(), layer, oplog.Ephemeral, 0, &out)
+	if err != nil || n != 2 {
+		t.Fatalf("%d unreadable, %v; want 2 and no error", n, err)
+	}
+	for _, row := range []string{"ns-ephemeral~compressed~1/7f7f.db  unreadable: file is not a database", "c:a", "c:b",
+		"unreadable: database disk image is malformed", "c:c"} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("output lacks %q:\n%s", row, out.String())
+		}
+	}
+}
