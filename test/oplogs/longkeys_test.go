@@ -57,6 +57,7 @@ func TestOplog_LongestKeysAreArchivedToTheFileSystem(t *testing.T) {
 			// Two names alike for their first 300 bytes: their segments must differ.
 			oplogtest.AgentNamed(shared + "-one"),
 			oplogtest.AgentNamed(shared + "-two"),
+			{Component: strings.Repeat("c", 300), Name: "short"}, // the component's segment is bounded too
 		}
 		const n = 5000 // two chunks in the blob layer
 		for _, mode := range oplog.Modes {
