@@ -72,7 +72,8 @@ func (m multiSQLite) open(t *testing.T) (*oplog.Stack, *multisqlite.Store) {
 }
 
 // The Done-when check of the unreadable-key work: one file of compressed level 1 that is not a
-// database stalls nothing. sweep --once archives every other agent, names the file, and exits non-zero.
+// database stalls nothing. scan lists every other agent; sweep --once archives them all; both name the
+// file and exit non-zero.
 func TestBinary_SweepOnceArchivesPastACorruptFileNamesItAndFails(t *testing.T) {
 	const n, entries = 300, 3
 	m := newMultiSQLite(t)
@@ -87,7 +88,13 @@ func TestBinary_SweepOnceArchivesPastACorruptFileNamesItAndFails(t *testing.T) {
 	}
 	st.Close()
 
-	code, out, errOut := runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", m.config)
+	// strata scan lists every agent and marks the file unreadable, then fails.
+	code, out, errOut := runBinary(t, nil, "scan", "--config", m.config)
+	if code != 1 || !strings.Contains(out, bad+"  unreadable: ") || strings.Count(out, "shop:cart/") != n {
+		t.Fatalf("scan: exit %d\n%s%s\nwant exit 1, %d agents listed and %s marked unreadable", code, out, errOut, n, bad)
+	}
+
+	code, out, errOut = runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", m.config)
 	t.Logf("sweep --once: exit %d\n%s%s", code, out, errOut)
 	if code != 1 {
 		t.Fatalf("exit %d; want 1: a key was unreadable", code)
