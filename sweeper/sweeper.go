@@ -582,6 +582,12 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
 			"agent", c.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
 		res.outcome = OutcomeArchiveFailed
+	case errors.Is(err, oplog.ErrIndexReused):
+		// No later pass can fix this by itself: the executor wrote indices an earlier lifetime of the
+		// agent already archived. Nothing was moved or dropped; the entries wait for an operator.
+		s.log.Error("sweep cannot archive an agent whose indices were reused; its entries stay where they are",
+			"route", r.Name, "agent", c.agent.Key(), "err", err)
+		res.outcome = OutcomeArchiveFailed
 	case err != nil:
 		return failed("drain", err)
 	case res.drained.Hops == 0:

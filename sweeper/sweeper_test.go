@@ -471,19 +471,18 @@ func TestSweep_SlowStorageHitsTheDeadlineAndTheWaitBacksOff(t *testing.T) {
 	}
 }
 
-// stuckLayer wraps a layer and, for one agent, keeps reporting entries after every drop: a layer that
-// miscounts, which only the step cap stops.
+// stuckLayer wraps a layer whose drops, for one agent, report success and remove nothing: it keeps
+// holding entries after every hop, which only the step cap stops.
 type stuckLayer struct {
 	oplog.Layer
 	stuck oplog.AgentID
 }
 
-func (l stuckLayer) LastIndex(ctx context.Context, a oplog.AgentID, m oplog.Mode) (oplog.Index, bool, error) {
-	idx, ok, err := l.Layer.LastIndex(ctx, a, m)
-	if a == l.stuck && err == nil && !ok {
-		return 2, true, nil
+func (l stuckLayer) DropPrefix(ctx context.Context, a oplog.AgentID, m oplog.Mode, upTo oplog.Index) error {
+	if a == l.stuck {
+		return nil
 	}
-	return idx, ok, err
+	return l.Layer.DropPrefix(ctx, a, m, upTo)
 }
 
 func TestSweep_TheStepCapFailsTheArchiveAndKeepsTheAgentTracked(t *testing.T) {
