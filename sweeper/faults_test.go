@@ -497,3 +497,20 @@ func TestNewAssignment_RefusesWhatCannotBeUsed(t *testing.T) {
 		t.Fatalf("%+v %v", a, err)
 	}
 }
+
+func TestSweep_APassThatEndsWithMoreThanTheTickCanArchiveSaysSo(t *testing.T) {
+	cfg := config()
+	cfg.MaxArchivesPerTick = 3
+	e := newEnv(t, cfg)
+	strandMany(e, 5) // one page: the walk completes its pass and finds all five through the gate
+	e.tick()
+	rep := e.tick()
+	rr := rep.Routes[0]
+	if !rr.PassCompleted || rr.Outcomes[sweeper.OutcomeArchived] != 3 || rr.Truncated != sweeper.ReasonArchiveBudget {
+		t.Fatalf("completed %v, archived %d, truncated %q; want the two left over reported as archive_budget",
+			rr.PassCompleted, rr.Outcomes[sweeper.OutcomeArchived], rr.Truncated)
+	}
+	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeArchived] != 2 || len(rep.Truncated) != 0 {
+		t.Fatalf("next tick: %+v, truncated %v", rep.Outcomes, rep.Truncated)
+	}
+}

@@ -269,6 +269,11 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 		cands := s.scan(ctx, tickCtx, r, assign, scanShare, pageShare, archiveShare, rr)
 		afforded := min(len(cands), archiveShare)
 		work[i], r.pending = cands[:afforded], cands[afforded:]
+		if len(r.pending) > 0 && rr.Truncated == "" {
+			// The walk finished (its pass completed) with more agents through the gate than the tick
+			// can archive: the rest wait for the next tick, which the report must say.
+			rr.Truncated = ReasonArchiveBudget
+		}
 		scanLeft -= rr.Scanned
 		pagesLeft -= rr.Pages
 		archivesLeft -= afforded

@@ -27,7 +27,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&opts.Latency, "latency", 0, "one-way latency injected during the fault (default 500ms)")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "random seed (0: random)")
 	fs.StringVar(&opts.Scenarios, "scenarios", "AB", "which scenarios to run: A, B or AB")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if s := opts.Scenarios; s != "A" && s != "B" && s != "AB" {
