@@ -112,7 +112,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return &usageError{fmt.Sprintf("--shards %s --shard-count %d: %v", *shards, *shardCount, err)}
 	}
-	sc, cfg, err := openQuiet(ctx, *path, stderr)
+	sc, _, err := openQuiet(ctx, *path, stderr)
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sc.SetResident(nil)
 	sc.SetAssignment(assignment)
 
-	run := newOnceSweep(*maxTicks, cfg.Sweep.MaxArchivesPerTick)
+	run := newOnceSweep(*maxTicks)
 	for {
 		rep := sc.Sweeper().SweepOnce(ctx)
 		stop := run.observe(rep)
@@ -208,13 +208,10 @@ const (
 // onceSweep is what `strata sweep --once` has seen so far. Whether to go on, and whether the run
 // failed, are decided from the reports alone, so both are tested with fabricated reports.
 type onceSweep struct {
-	maxTicks int
-	// maxArchives is sweep.max_archives_per_tick: a tick that used all of it may have left agents that
-	// passed the gate for the next tick, even after the second pass.
-	maxArchives int
-	ticks       int
-	archived    int
-	completed   map[string]int // passes each route completed
+	maxTicks  int
+	ticks     int
+	archived  int
+	completed map[string]int // passes each route completed
 
 	archiveFailed, unreadable, storageErrors int
 	// unreadableKeys are the distinct unreadable keys the reports listed (by route and where), the
@@ -227,8 +224,8 @@ type onceSweep struct {
 	stuckTick int // the tick that made no progress, for stopStuck
 }
 
-func newOnceSweep(maxTicks, maxArchivesPerTick int) *onceSweep {
-	return &onceSweep{maxTicks: maxTicks, maxArchives: maxArchivesPerTick, completed: map[string]int{}, seen: map[[2]string]bool{}}
+func newOnceSweep(maxTicks int) *onceSweep {
+	return &onceSweep{maxTicks: maxTicks, completed: map[string]int{}, seen: map[[2]string]bool{}}
 }
 
 // observe takes one tick's report and reports whether to stop.
@@ -237,9 +234,8 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 	o.archived += rep.Outcomes[sweeper.OutcomeArchived]
 	o.archiveFailed += rep.Outcomes[sweeper.OutcomeArchiveFailed]
 	o.unreadable += rep.Outcomes[sweeper.OutcomeUnreadable]
-	progress, failures, attempts, budgetBound := false, 0, 0, false
+	progress, failures, budgetBound := false, 0, false
 	for _, rr := range rep.Routes {
-		attempts += rr.Outcomes[sweeper.OutcomeArchived] + rr.Outcomes[sweeper.OutcomeDeclined] + rr.Outcomes[sweeper.OutcomeArchiveFailed]
 		budgetBound = budgetBound || rr.Truncated == sweeper.ReasonArchiveBudget
 		o.storageErrors += rr.Errors
 		failures += rr.Errors + rr.Outcomes[sweeper.OutcomeUnreadable] + rr.Outcomes[sweeper.OutcomeArchiveFailed]
@@ -262,9 +258,9 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 			}
 		}
 	}
-	// Archives cost budget whether they succeed or not, so a tick that spent it all may have left
-	// agents that passed the gate: go on until a tick does not.
-	done := !budgetBound && attempts < o.maxArchives
+	// A route cut by its archive budget has agents through the gate waiting for the next tick, even
+	// after its second pass: go on until no tick is.
+	done := !budgetBound
 	for _, rr := range rep.Routes {
 		done = done && o.completed[rr.Route] >= 2
 	}

@@ -61,7 +61,7 @@ func observeAll(t *testing.T, o *onceSweep, reps ...sweeper.Report) int {
 }
 
 func TestOnceSweep_StopsWhenEveryRouteCompletedTwoPassesAndSucceedsWhenNothingFailed(t *testing.T) {
-	o := newOnceSweep(defaultMaxTicks, 256)
+	o := newOnceSweep(defaultMaxTicks)
 	two := func(l1, l2 bool) sweeper.Report {
 		return sweeper.Report{Routes: []sweeper.RouteReport{{Route: "ephemeral-l1", Scanned: 1, PassCompleted: l1}, {Route: "ephemeral-l2", PassCompleted: l2}}}
 	}
@@ -75,13 +75,16 @@ func TestOnceSweep_StopsWhenEveryRouteCompletedTwoPassesAndSucceedsWhenNothingFa
 
 // The second pass can find more agents than a tick may archive; the run goes on until they are done.
 func TestOnceSweep_AfterTwoPassesGoesOnWhileTheArchiveBudgetRunsOut(t *testing.T) {
-	o := newOnceSweep(defaultMaxTicks, 256)
-	full := map[sweeper.Outcome]int{sweeper.OutcomeArchived: 250, sweeper.OutcomeArchiveFailed: 6}
+	o := newOnceSweep(defaultMaxTicks)
+	// The second pass completes with 300 agents through the gate and the budget affords 256: the
+	// sweeper reports the route cut by archive_budget.
+	full := tick("r", 300, true, 6, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 250, sweeper.OutcomeArchiveFailed: 6})
+	full.Routes[0].Truncated = sweeper.ReasonArchiveBudget
 	cut := tick("r", 300, false, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 10})
 	cut.Routes[0].Truncated = sweeper.ReasonArchiveBudget
 	rest := map[sweeper.Outcome]int{sweeper.OutcomeArchived: 44}
-	if n := observeAll(t, o, tick("r", 300, true, 0, nil), tick("r", 300, true, 6, full), cut, tick("r", 0, false, 0, rest), tick("r", 0, false, 0, nil)); n != 4 {
-		t.Fatalf("stopped after %d ticks; want 4, the first tick after the second pass that did not spend the whole archive budget", n)
+	if n := observeAll(t, o, tick("r", 300, true, 0, nil), full, cut, tick("r", 0, false, 0, rest), tick("r", 0, false, 0, nil)); n != 4 {
+		t.Fatalf("stopped after %d ticks; want 4, the first tick after the second pass not cut by the archive budget", n)
 	}
 	if o.stopped != stopDone || o.archived != 304 {
 		t.Fatalf("stopped %v with %d archived; want done with 304", o.stopped, o.archived)
@@ -89,7 +92,7 @@ func TestOnceSweep_AfterTwoPassesGoesOnWhileTheArchiveBudgetRunsOut(t *testing.T
 }
 
 func TestOnceSweep_ArchiveFailuresFailTheRunAfterItsWork(t *testing.T) {
-	o := newOnceSweep(defaultMaxTicks, 256)
+	o := newOnceSweep(defaultMaxTicks)
 	failed := map[sweeper.Outcome]int{sweeper.OutcomeArchiveFailed: 2, sweeper.OutcomeArchived: 5}
 	n := observeAll(t, o, tick("r", 10, true, 2, nil), tick("r", 10, true, 2, failed))
 	if n != 2 || o.stopped != stopDone {
@@ -105,7 +108,7 @@ func TestOnceSweep_ArchiveFailuresFailTheRunAfterItsWork(t *testing.T) {
 }
 
 func TestOnceSweep_NamesEveryUnreadableKeyOnce(t *testing.T) {
-	o := newOnceSweep(defaultMaxTicks, 256)
+	o := newOnceSweep(defaultMaxTicks)
 	bad := sweeper.UnreadableKey{Route: "r", Where: "ns-ephemeral~compressed~1/7f7f.db", Err: "file is not a database"}
 	other := sweeper.UnreadableKey{Route: "r", Key: "c:x", Where: "c:x", Err: "wrong type"}
 	one := map[sweeper.Outcome]int{sweeper.OutcomeUnreadable: 1}
@@ -122,7 +125,7 @@ func TestOnceSweep_NamesEveryUnreadableKeyOnce(t *testing.T) {
 // A tick that read nothing while its routes failed is a store that is down: stop, and say so, rather
 // than loop forever on "nothing in the layer".
 func TestOnceSweep_StopsWhenATickMadeNoProgressAndRoutesFailed(t *testing.T) {
-	o := newOnceSweep(defaultMaxTicks, 256)
+	o := newOnceSweep(defaultMaxTicks)
 	if n := observeAll(t, o, tick("r", 3, false, 0, nil), tick("r", 2, false, 1, nil), tick("r", 0, false, 1, nil), tick("r", 9, true, 0, nil)); n != 3 {
 		t.Fatalf("stopped after %d ticks; want 3: the tick that progressed despite an error goes on, the one that read nothing stops", n)
 	}
@@ -132,7 +135,7 @@ func TestOnceSweep_StopsWhenATickMadeNoProgressAndRoutesFailed(t *testing.T) {
 }
 
 func TestOnceSweep_GivesUpAfterMaxTicksAndFails(t *testing.T) {
-	o := newOnceSweep(3, 256)
+	o := newOnceSweep(3)
 	deadline := tick("r", 0, false, 0, nil)
 	deadline.Truncated = []sweeper.Reason{sweeper.ReasonDeadline}
 	if n := observeAll(t, o, deadline, deadline, deadline, deadline); n != 3 {
@@ -145,7 +148,7 @@ func TestOnceSweep_GivesUpAfterMaxTicksAndFails(t *testing.T) {
 
 func TestOnceSweep_ASweepThatCannotRunStopsAtOnceWithoutFailing(t *testing.T) {
 	for _, rep := range []sweeper.Report{{Disabled: true}, {Unassigned: true, UnassignedReason: "assignment has no shards"}, {StoodDown: "x"}} {
-		o := newOnceSweep(defaultMaxTicks, 256)
+		o := newOnceSweep(defaultMaxTicks)
 		if !o.observe(rep) || o.stopped != stopIdle || o.err() != nil {
 			t.Errorf("%+v: stopped %v, %v; want an idle stop", rep, o.stopped, o.err())
 		}
