@@ -236,10 +236,11 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// closeTimeout bounds Close: a store whose server stopped answering may take longer to close (a pool
-// waiting for its connections), and a process on its way out has nothing to wait for. Nothing is lost
-// by not waiting: every operation has returned by then.
-const closeTimeout = 5 * time.Second
+// closeTimeout bounds Close: a store whose server stopped answering may take far longer to close
+// (pgxpool waits up to 15 s for each connection it cancelled), and a process on its way out has
+// nothing to wait for. Nothing is lost by not waiting: every operation has returned by then, and a
+// healthy store closes in milliseconds.
+const closeTimeout = 2 * time.Second
 
 // Close releases the stores, waiting at most closeTimeout for them. Call it after Run returns.
 func (s *Sidecar) Close() error {

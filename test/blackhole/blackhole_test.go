@@ -26,16 +26,25 @@ import (
 
 // The sidecar's budgets in this test: small, so that the bounds are seconds, not minutes.
 const (
-	interval         = 200 * time.Millisecond
-	maxTickDuration  = time.Second
-	maxAgentDuration = time.Second
-	shutdownGrace    = 2 * time.Second
+	interval      = 200 * time.Millisecond
+	shutdownGrace = 2 * time.Second
 	// slack is what the bounds allow beyond the configured durations: scheduling, one page, the
-	// status poll's own period. Generous on purpose: the test checks a bound, not a speed.
+	// status poll's own period, closing the stores. Generous on purpose: the test checks a bound, not
+	// a speed.
 	slack = 5 * time.Second
 
 	agents  = 40
 	entries = 30
+)
+
+// budgets are the sweep's time bounds in one run of the binary.
+type budgets struct{ maxTick, maxAgent time.Duration }
+
+var (
+	// short bounds every tick to about two seconds behind a black hole.
+	short = budgets{maxTick: time.Second, maxAgent: time.Second}
+	// long lets an agent under way run for an hour: only the shutdown grace can end it.
+	long = budgets{maxTick: 30 * time.Second, maxAgent: time.Hour}
 )
 
 func TestBlackHole_TheDeadlineAndTheGraceBoundAStoreThatNeverAnswers(t *testing.T) {
@@ -71,7 +80,8 @@ func run(t *testing.T, bin string, st is.Storage, storageURL string, scheduleURL
 			t.Fatal(err)
 		}
 	}
-	p := strataproc.Start(t, bin, writeConfig(t, proxied, scheduleURL(proxied), blobs.Root()))
+	config := func(b budgets) string { return writeConfig(t, proxied, scheduleURL(proxied), blobs.Root(), b) }
+	p := strataproc.Start(t, bin, config(short))
 	feed(t, p)
 
 	// Let the sweep get under way: the first agents archived, most still stranded.
@@ -80,7 +90,7 @@ func run(t *testing.T, bin string, st is.Storage, storageURL string, scheduleURL
 	t.Log("black hole on")
 
 	// While the store never answers, every tick still ends within its bound and the backoff grows.
-	bound := maxTickDuration + maxAgentDuration + slack
+	bound := short.maxTick + short.maxAgent + slack
 	var longest time.Duration
 	last := waitFor(t, p, "two deadline hits in a row", func(s status) bool {
 		longest = max(longest, s.Sweep.Last.duration(), s.Sweep.Current.age())
@@ -97,17 +107,17 @@ func run(t *testing.T, bin string, st is.Storage, storageURL string, scheduleURL
 	}
 	t.Logf("behind the black hole: longest tick %v, %d deadline hits, next wait %.1fs",
 		longest, last.Sweep.DeadlineHits, last.Sweep.NextWaitSeconds)
+	stop(t, p, "with the store dark")
 
-	// SIGTERM with the store still dark: the process exits within the grace (plus the slack).
-	began := time.Now()
-	if code := p.Stop(t); code != 0 {
-		t.Fatalf("strata exited %d after SIGTERM\n%s", code, p.Log())
-	}
-	if took := time.Since(began); took > shutdownGrace+slack {
-		t.Fatalf("SIGTERM took %v behind the black hole, grace %v\n%s", took, shutdownGrace, p.Log())
-	} else {
-		t.Logf("SIGTERM to exit: %v", took)
-	}
+	// Now an agent under way that nothing but the grace can end: an hour of max_agent_duration, the
+	// store going dark in the middle of its archive, then SIGTERM.
+	proxy.SetBlackhole(false)
+	proxy.SetLatency(30*time.Millisecond, faultproxy.Both) // so that an archive lasts long enough to be caught
+	p = strataproc.Start(t, bin, config(long))
+	feed(t, p)
+	hangAnAgent(t, p, proxy)
+	stop(t, p, "with an agent hung in its archive")
+	proxy.SetLatency(0, faultproxy.Both)
 
 	// The network heals: a sweep over the same storage archives every agent, and each reads back whole.
 	proxy.SetBlackhole(false)
@@ -121,6 +131,42 @@ func run(t *testing.T, bin string, st is.Storage, storageURL string, scheduleURL
 	for _, a := range stranded {
 		l.RequireExact(t, a, oplog.Ephemeral, entries)
 		l.RequireDrained(t, a, oplog.Ephemeral, entries)
+	}
+}
+
+// stop sends SIGTERM and requires the process to exit cleanly within the grace (plus the slack).
+func stop(t *testing.T, p *strataproc.Process, while string) {
+	t.Helper()
+	began := time.Now()
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("strata exited %d after SIGTERM %s\n%s", code, while, p.Log())
+	}
+	took := time.Since(began)
+	if took > shutdownGrace+slack {
+		t.Fatalf("SIGTERM %s took %v, grace %v\n%s", while, took, shutdownGrace, p.Log())
+	}
+	t.Logf("SIGTERM %s: exited in %v", while, took)
+}
+
+// hangAnAgent turns the black hole on while the archive phase has an agent under way, and returns once
+// that agent is seen stuck: the counts of started and finished agents unchanged for a second while
+// one is unfinished. If the agents finished before the store went dark, it heals and tries again.
+func hangAnAgent(t *testing.T, p *strataproc.Process, proxy *faultproxy.Proxy) {
+	t.Helper()
+	for try := 1; ; try++ {
+		if try > 10 {
+			t.Fatal("never caught an agent under way in its archive")
+		}
+		waitFor(t, p, "an agent under way", func(s status) bool { return s.Sweep.Current.underWay() })
+		proxy.SetBlackhole(true)
+		before := waitFor(t, p, "the status", func(status) bool { return true })
+		time.Sleep(time.Second)
+		after := waitFor(t, p, "the status", func(status) bool { return true })
+		if b, a := before.Sweep.Current, after.Sweep.Current; b.underWay() && a.underWay() && b.Started == a.Started && b.Done == a.Done {
+			t.Logf("an agent is hung in its archive (try %d): %+v", try, *after.Sweep.Current)
+			return
+		}
+		proxy.SetBlackhole(false)
 	}
 }
 
@@ -140,7 +186,7 @@ func proxyFor(t *testing.T, raw string) (*faultproxy.Proxy, string) {
 	return proxy, u.String()
 }
 
-func writeConfig(t *testing.T, storageURL, scheduleURL, blobDir string) string {
+func writeConfig(t *testing.T, storageURL, scheduleURL, blobDir string, b budgets) string {
 	t.Helper()
 	cfg := fmt.Sprintf(`[storage]
 url = %q
@@ -160,7 +206,7 @@ max_archives_per_tick = 4
 page_size = 8
 [residency]
 ttl = "1h"
-`, storageURL, scheduleURL, "fs://"+blobDir, interval, maxTickDuration, maxAgentDuration, shutdownGrace)
+`, storageURL, scheduleURL, "fs://"+blobDir, interval, b.maxTick, b.maxAgent, shutdownGrace)
 	path := filepath.Join(t.TempDir(), "strata.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -189,7 +235,13 @@ type status struct {
 
 type progress struct {
 	AgeSeconds float64 `json:"age_seconds"`
+	Phase      string  `json:"phase"`
+	Started    int     `json:"agents_started"`
+	Done       int     `json:"agents_done"`
 }
+
+// underWay reports whether the tick is archiving an agent that has not finished.
+func (p *progress) underWay() bool { return p != nil && p.Phase == "archive" && p.Started > p.Done }
 
 type report struct {
 	DurationSeconds float64 `json:"duration_seconds"`
