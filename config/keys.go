@@ -146,7 +146,7 @@ func intBetween(lo, hi int) rule {
 }
 
 func durationBetween(lo, hi time.Duration) rule {
-	return rule{want: "a duration from " + bound(lo) + " to " + bound(hi),
+	return rule{want: "a duration from " + FormatBound(lo) + " to " + FormatBound(hi),
 		ok: func(v any) bool { return v.(time.Duration) >= lo && v.(time.Duration) <= hi }}
 }
 
@@ -162,8 +162,9 @@ func durationWithin[R ~struct{ Min, Max time.Duration }](r R) rule {
 	return durationBetween(b.Min, b.Max)
 }
 
-// bound writes a duration bound: 0 without a unit, and whole days of two or more also in days.
-func bound(d time.Duration) string {
+// FormatBound writes a duration bound as the messages show it: 0 without a unit, "24h" rather than
+// "24h0m0s", and whole days of two or more also in days.
+func FormatBound(d time.Duration) string {
 	const day = 24 * time.Hour
 	switch {
 	case d == 0:

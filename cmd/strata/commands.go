@@ -86,7 +86,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	once := fs.Bool("once", false, "run one full sweep and exit (required: `strata run` sweeps continuously)")
 	asJSON := fs.Bool("json", false, "print each tick's report as a JSON line")
 	gap := fs.Duration("gap", 10*time.Second, fmt.Sprintf("wait between the sweep's two passes, %s to %s: an agent whose "+
-		"oplog did not change for this long is archived", formatBound(gapRange.Min), formatBound(gapRange.Max)))
+		"oplog did not change for this long is archived", config.FormatBound(gapRange.Min), config.FormatBound(gapRange.Max)))
 	maxTicks := fs.Int("max-ticks", defaultMaxTicks, fmt.Sprintf("give up after this many ticks, %d to %d, and fail",
 		maxTicksRange.Min, maxTicksRange.Max))
 	shards := fs.String("shards", "0", "comma-separated `shards` this process owns")
@@ -98,7 +98,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return &usageError{"only --once is supported here; `strata run` sweeps continuously"}
 	}
 	if !gapRange.Contains(*gap) {
-		return &usageError{fmt.Sprintf("--gap %s: want a duration from %s to %s", *gap, formatBound(gapRange.Min), formatBound(gapRange.Max))}
+		return &usageError{fmt.Sprintf("--gap %s: want a duration from %s to %s", *gap, config.FormatBound(gapRange.Min), config.FormatBound(gapRange.Max))}
 	}
 	if !maxTicksRange.Contains(*maxTicks) {
 		return &usageError{fmt.Sprintf("--max-ticks %d: want %d to %d", *maxTicks, maxTicksRange.Min, maxTicksRange.Max)}
@@ -159,21 +159,6 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("interrupted after %d ticks, before the sweep completed", run.ticks)
 	}
 	return run.err()
-}
-
-// formatBound writes a duration bound: 0 without a unit, "24h" rather than "24h0m0s".
-func formatBound(d time.Duration) string {
-	if d == 0 {
-		return "0"
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }
 
 func anyCompleted(rep sweeper.Report) bool {
