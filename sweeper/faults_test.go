@@ -106,10 +106,7 @@ func TestSweep_AnIndexTheBackendCannotReadIsCountedAndPassedOver(t *testing.T) {
 	if rr.Outcomes[sweeper.OutcomeUnreadable] != 1 || !rr.PassCompleted || len(rr.Unreadable) != 1 || rr.Unreadable[0].Where != "ns-x/0f.db" {
 		t.Fatalf("outcomes %+v, completed %v, unreadable %+v", rr.Outcomes, rr.PassCompleted, rr.Unreadable)
 	}
-	e.tick()
-	for _, a := range agents {
-		e.requireArchived(a, 2)
-	}
+	sweepUntilDrained(e, agents, 1)
 }
 
 func TestSweep_ATransientKeyFailureEndsTheRouteAfterItsPageAndTheNextTickGoesOn(t *testing.T) {
@@ -230,12 +227,7 @@ func TestSweep_ABlackHoledStoreCannotHoldATick(t *testing.T) {
 		t.Fatal("the status still shows a tick under way after it ended")
 	}
 	hole.on.Store(false)
-	for range 2 {
-		e.tick()
-	}
-	for _, a := range agents {
-		e.requireArchived(a, 2)
-	}
+	sweepUntilDrained(e, agents, 2)
 }
 
 func TestRun_ShutdownCutsAnAgentUnderWayAfterTheGrace(t *testing.T) {
@@ -256,12 +248,7 @@ func TestRun_ShutdownCutsAnAgentUnderWayAfterTheGrace(t *testing.T) {
 	}
 	// Nothing was lost by the cut: a later sweep archives every agent.
 	hole.on.Store(false)
-	for range 2 {
-		e.tick()
-	}
-	for _, a := range agents {
-		e.requireArchived(a, 2)
-	}
+	sweepUntilDrained(e, agents, 2)
 }
 
 func TestRun_ShutdownLetsAnAgentUnderWayFinishWithinTheGrace(t *testing.T) {
