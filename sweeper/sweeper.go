@@ -159,8 +159,9 @@ func (s *Sweeper) Routes() []Route {
 func (s *Sweeper) Config() Config { return s.cfg }
 
 // Run ticks every Interval (longer while ticks keep hitting their deadline) until ctx is cancelled, and
-// returns nil then; an agent being archived when ctx is cancelled is drained fully first. A disabled
-// sweep returns at once.
+// returns nil then. The agents being archived when ctx is cancelled get ShutdownGrace to finish, and
+// are cut after it (a cut step converges on a later pass), so Run returns within the grace plus the
+// time the storage driver takes to give a cancelled call back. A disabled sweep returns at once.
 func (s *Sweeper) Run(ctx context.Context) error {
 	if !s.cfg.Enabled {
 		s.log.Info("sweep disabled: ephemeral agents register scheduled rows instead")
