@@ -110,7 +110,7 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 		case <-ctx.Done():
 			return
 		}
-		fmt.Fprintln(stderr, "strata: draining (the agent under way finishes); signal again to exit now")
+		fmt.Fprintln(stderr, "strata: draining (the agents under way get sweep.shutdown_grace to finish); signal again to exit now")
 		cancel()
 		<-sigs
 		fmt.Fprintln(stderr, "strata: exiting now")

@@ -186,7 +186,7 @@ func (s *Sidecar) Storage() is.Storage { return s.storage }
 
 // Run serves the API on http.listen and runs the sweep and the scheduler until ctx is cancelled. It
 // refuses to serve writes on a non-loopback listener without a token. On cancellation it stops taking
-// requests, lets the agent being archived drain fully, and returns.
+// requests, gives the agents being archived sweep.shutdown_grace to finish (then cuts them), and returns.
 func (s *Sidecar) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.HTTP.Listen)
 	if err != nil {
@@ -226,7 +226,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 			s.log.Error("http server failed", "err", err)
 		}
 	}
-	s.log.Info("draining: finishing the agent under way")
+	s.log.Info("draining: the agents under way get sweep.shutdown_grace to finish", "grace", s.cfg.Sweep.ShutdownGrace)
 	s.baseCancel()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
