@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stratalog/strata/internal/bounds"
 	"github.com/stratalog/strata/oplog/schedule"
 	"github.com/stratalog/strata/sweeper"
 )
@@ -150,17 +151,11 @@ func durationBetween(lo, hi time.Duration) rule {
 		ok: func(v any) bool { return v.(time.Duration) >= lo && v.(time.Duration) <= hi }}
 }
 
-// intWithin and durationWithin are the rules of a sweeper.Range or a schedule.Range (both are a
-// struct{ Min, Max T }), so the key table and the package that uses the value share one range.
-func intWithin[R ~struct{ Min, Max int }](r R) rule {
-	b := struct{ Min, Max int }(r)
-	return intBetween(b.Min, b.Max)
-}
+// intWithin and durationWithin are the rules of a range the package that uses the value defines
+// (sweeper.Range and schedule.Range are bounds.Range), so the key table and that package share it.
+func intWithin(r bounds.Range[int]) rule { return intBetween(r.Min, r.Max) }
 
-func durationWithin[R ~struct{ Min, Max time.Duration }](r R) rule {
-	b := struct{ Min, Max time.Duration }(r)
-	return durationBetween(b.Min, b.Max)
-}
+func durationWithin(r bounds.Range[time.Duration]) rule { return durationBetween(r.Min, r.Max) }
 
 // FormatBound writes a duration bound as the messages show it: 0 without a unit, "24h" rather than
 // "24h0m0s", and whole days of two or more also in days.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stratalog/strata/internal/bounds"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -88,29 +89,25 @@ func DefaultConfig() Config {
 	}
 }
 
-// Range is the values a count or duration of Config may take. The bounds are far from any sensible
-// setting; they exist so that no value validates and then misbehaves (a budget whose page count
-// overflows, a backoff that wraps, a lease that rounds to nothing).
-type Range[T int | time.Duration] struct{ Min, Max T }
+// Range is the values a count or duration of Config may take, bounds included (one type with the
+// scheduler's and the configuration's).
+type Range[T int | time.Duration] = bounds.Range[T]
 
 // The ranges of Config's fields, shared with the config package's key table.
 var (
-	IntervalRange            = Range[time.Duration]{0, 24 * time.Hour}
-	PageSizeRange            = Range[int]{1, 10_000}
-	MaxConcurrencyRange      = Range[int]{1, 1024}
-	MaxArchivesPerTickRange  = Range[int]{1, 1_000_000}
-	MaxScannedPerTickRange   = Range[int]{1, 100_000_000}
-	MaxTrackedAgentsRange    = Range[int]{1, 100_000_000}
-	MaxTickDurationRange     = Range[time.Duration]{0, 24 * time.Hour}
-	MaxBackoffIntervalsRange = Range[int]{0, 1024}
-	MaxAgentDurationRange    = Range[time.Duration]{0, 24 * time.Hour}
-	ShutdownGraceRange       = Range[time.Duration]{0, time.Hour}
+	IntervalRange            = Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
+	PageSizeRange            = Range[int]{Min: 1, Max: 10_000}
+	MaxConcurrencyRange      = Range[int]{Min: 1, Max: 1024}
+	MaxArchivesPerTickRange  = Range[int]{Min: 1, Max: 1_000_000}
+	MaxScannedPerTickRange   = Range[int]{Min: 1, Max: 100_000_000}
+	MaxTrackedAgentsRange    = Range[int]{Min: 1, Max: 100_000_000}
+	MaxTickDurationRange     = Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
+	MaxBackoffIntervalsRange = Range[int]{Min: 0, Max: 1024}
+	MaxAgentDurationRange    = Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
+	ShutdownGraceRange       = bounds.ShutdownGrace // one grace for the process, the scheduler's too
 )
 
-// Contains reports whether v is within the range, bounds included.
-func (r Range[T]) Contains(v T) bool { return v >= r.Min && v <= r.Max }
-
-func (r Range[T]) check(name string, v T) error {
+func check[T int | time.Duration](name string, v T, r Range[T]) error {
 	if !r.Contains(v) {
 		return fmt.Errorf("sweep %s must be from %v to %v, got %v", name, r.Min, r.Max, v)
 	}
@@ -121,16 +118,16 @@ func (r Range[T]) check(name string, v T) error {
 // durations, and values so large that arithmetic on them would overflow.
 func (c Config) Validate() error {
 	return errors.Join(
-		IntervalRange.check("interval", c.Interval),
-		PageSizeRange.check("page_size", c.PageSize),
-		MaxConcurrencyRange.check("max_concurrency", c.MaxConcurrency),
-		MaxArchivesPerTickRange.check("max_archives_per_tick", c.MaxArchivesPerTick),
-		MaxScannedPerTickRange.check("max_scanned_per_tick", c.MaxScannedPerTick),
-		MaxTrackedAgentsRange.check("max_tracked_agents", c.MaxTrackedAgents),
-		MaxTickDurationRange.check("max_tick_duration", c.MaxTickDuration),
-		MaxBackoffIntervalsRange.check("max_backoff_intervals", c.MaxBackoffIntervals),
-		MaxAgentDurationRange.check("max_agent_duration", c.MaxAgentDuration),
-		ShutdownGraceRange.check("shutdown_grace", c.ShutdownGrace),
+		check("interval", c.Interval, IntervalRange),
+		check("page_size", c.PageSize, PageSizeRange),
+		check("max_concurrency", c.MaxConcurrency, MaxConcurrencyRange),
+		check("max_archives_per_tick", c.MaxArchivesPerTick, MaxArchivesPerTickRange),
+		check("max_scanned_per_tick", c.MaxScannedPerTick, MaxScannedPerTickRange),
+		check("max_tracked_agents", c.MaxTrackedAgents, MaxTrackedAgentsRange),
+		check("max_tick_duration", c.MaxTickDuration, MaxTickDurationRange),
+		check("max_backoff_intervals", c.MaxBackoffIntervals, MaxBackoffIntervalsRange),
+		check("max_agent_duration", c.MaxAgentDuration, MaxAgentDurationRange),
+		check("shutdown_grace", c.ShutdownGrace, ShutdownGraceRange),
 	)
 }
 

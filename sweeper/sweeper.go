@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/grace"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -232,7 +233,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 
 	tickCtx, cancel := context.WithTimeout(ctx, s.cfg.MaxTickDuration)
 	defer cancel()
-	stepBase, release := afterGrace(ctx, s.cfg.ShutdownGrace)
+	// Agents under way run under stepBase, which outlives shutdown by the grace: shutdown lets them
+	// finish but cannot be held by them for longer than that.
+	stepBase, release := grace.After(ctx, s.cfg.ShutdownGrace, errShutdownGrace)
 	defer release()
 	scanLeft := s.cfg.MaxScannedPerTick
 	pagesLeft := pageBudget(scanLeft, s.cfg.PageSize)
@@ -293,28 +296,8 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	return rep
 }
 
-// afterGrace returns a context that outlives ctx by grace: it is cancelled grace after ctx is, or when
-// release is called. Agents under way run under it, so that shutdown lets them finish but cannot be
-// held by them for longer than the grace.
-func afterGrace(ctx context.Context, grace time.Duration) (_ context.Context, release func()) {
-	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var mu sync.Mutex
-	var timer *time.Timer
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		timer = time.AfterFunc(grace, cancel)
-	})
-	return base, func() {
-		stop()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
-}
+// errShutdownGrace is the cause of an agent's context cut because the shutdown grace elapsed.
+var errShutdownGrace = errors.New("sweep shutdown grace elapsed")
 
 // scan walks the route from its resume token until a budget, the deadline or shutdown stops it, or its
 // pass completes, and returns the agents that passed the gate, those carried over first.

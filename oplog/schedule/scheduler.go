@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/stratalog/strata/internal/bounds"
+	"github.com/stratalog/strata/internal/grace"
 )
 
 // Config of a Scheduler. Zero fields take the defaults below; any other value must be within its
@@ -48,11 +51,9 @@ const (
 )
 
 // Range is the values a count or duration of Config (or a setting of the scheduled rows, such as the
-// registrar's archive interval) may take, bounds included.
-type Range[T int | time.Duration] struct{ Min, Max T }
-
-// Contains reports whether v is within the range, bounds included.
-func (r Range[T]) Contains(v T) bool { return v >= r.Min && v <= r.Max }
+// registrar's archive interval) may take, bounds included (one type with the sweep's and the
+// configuration's).
+type Range[T int | time.Duration] = bounds.Range[T]
 
 // The ranges of the scheduler's settings. The bounds are far from any sensible setting; they exist so
 // that no value validates and then misbehaves.
@@ -60,24 +61,24 @@ var (
 	// LeaseRange: the lease is renewed every Lease/3 on a ticker, which a lease under 3 ns would
 	// make zero (a panic), and stores keep milliseconds; under a second the renewals would be most of
 	// the store's load. Over a day, a row of a crashed process would wait that long to run again.
-	LeaseRange = Range[time.Duration]{time.Second, 24 * time.Hour}
+	LeaseRange = Range[time.Duration]{Min: time.Second, Max: 24 * time.Hour}
 	// PollIntervalRange: under 10 ms the idle scheduler is a claim loop on the store; over an hour
 	// due rows wait that long for a free slot to be noticed.
-	PollIntervalRange = Range[time.Duration]{10 * time.Millisecond, time.Hour}
+	PollIntervalRange = Range[time.Duration]{Min: 10 * time.Millisecond, Max: time.Hour}
 	// ConcurrencyRange: each slot is a goroutine and a claimed row; a claim of millions of rows would
 	// hold their leases for nothing.
-	ConcurrencyRange = Range[int]{1, 1024}
+	ConcurrencyRange = Range[int]{Min: 1, Max: 1024}
 	// MaxAttemptsRange: more than a thousand attempts at the capped backoff is a row retried for
 	// years, which is what "failed" is for.
-	MaxAttemptsRange = Range[int]{1, 1000}
+	MaxAttemptsRange = Range[int]{Min: 1, Max: 1000}
 	// BackoffRange bounds BackoffBase and BackoffMax: a day keeps the doubling in RetryDelay far from
 	// overflowing a time.Duration.
-	BackoffRange = Range[time.Duration]{time.Millisecond, 24 * time.Hour}
+	BackoffRange = Range[time.Duration]{Min: time.Millisecond, Max: 24 * time.Hour}
 	// ShutdownGraceRange is the sweep's (sweeper.ShutdownGraceRange): one grace for the process.
-	ShutdownGraceRange = Range[time.Duration]{0, time.Hour}
+	ShutdownGraceRange = bounds.ShutdownGrace
 	// ArchiveIntervalRange bounds Registrar.ArchiveInterval: a row due more than a year after its
 	// agent went idle is an oplog nobody will see archived.
-	ArchiveIntervalRange = Range[time.Duration]{0, 366 * 24 * time.Hour}
+	ArchiveIntervalRange = Range[time.Duration]{Min: 0, Max: 366 * 24 * time.Hour}
 )
 
 // Validate reports every field outside its range, joined, each naming the field, its value and the
@@ -217,8 +218,8 @@ func (s *Scheduler) RunOnce(ctx context.Context) (Tally, error) {
 func (s *Scheduler) Run(ctx context.Context) error {
 	// The rows' context outlives ctx by the grace, so a shutdown does not cut a step that is about to
 	// finish, and a black-holed store cannot hold the shutdown longer than the grace.
-	rowCtx, cut := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cut(nil)
+	rowCtx, release := grace.After(ctx, s.cfg.ShutdownGrace, ErrShutdownGrace)
+	defer release()
 	slots := make(chan struct{}, s.cfg.Concurrency)
 	var wg sync.WaitGroup
 	timer := time.NewTimer(0)
@@ -226,7 +227,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			s.drain(&wg, cut)
+			wg.Wait()
+			if context.Cause(rowCtx) == ErrShutdownGrace {
+				s.log.Warn("shutdown grace elapsed: the scheduled actions still under way were cancelled; their leases bring them back",
+					"grace", s.cfg.ShutdownGrace)
+			}
 			return nil
 		case <-timer.C:
 		}
@@ -246,26 +251,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		timer.Reset(s.cfg.PollInterval)
 	}
-}
-
-// drain waits for the rows under way, cutting them once the shutdown grace has elapsed.
-func (s *Scheduler) drain(wg *sync.WaitGroup, cut context.CancelCauseFunc) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	grace := time.NewTimer(s.cfg.ShutdownGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-		return
-	case <-grace.C:
-	}
-	s.log.Warn("shutdown grace elapsed: cancelling the scheduled actions under way; their leases bring them back",
-		"grace", s.cfg.ShutdownGrace)
-	cut(ErrShutdownGrace)
-	<-done
 }
 
 func (s *Scheduler) claim(ctx context.Context, limit int) ([]Row, error) {
