@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -33,10 +35,18 @@ var (
 	// One encoder and decoder for the process: EncodeAll and DecodeAll are safe for concurrent use,
 	// and building them is expensive.
 	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-	// A chunk decompresses to at most 4 MiB of payload plus its length prefixes; the cap refuses a
-	// corrupt or hostile frame that claims more.
-	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(oplog.MaxChunkBytes+oplog.MaxChunkEntries*binary.MaxVarintLen64+1<<16))
+	// The decoder bounds what a frame may decompress to by the capacity of the buffer it is handed
+	// (maxBody), not by WithDecoderMaxMemory: that option also caps the window a frame may declare, and
+	// a streaming encoder (klauspost's default level, libzstd's higher ones) declares 8 MiB or more
+	// even for a few bytes of content, so a frame a foreign writer made correctly would be refused.
+	// DecodeAll keeps its history in the output buffer, so a large declared window costs no memory;
+	// windows above the library's default limit (512 MiB) are still refused.
+	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecodeAllCapLimit(true))
 )
+
+// maxBody is the most a chunk's body decompresses to: 4 MiB of payload plus a length prefix per
+// entry. A corrupt or hostile frame that claims or produces more is refused.
+const maxBody = oplog.MaxChunkBytes + oplog.MaxChunkEntries*binary.MaxVarintLen64
 
 // EncodeChunk encodes contiguous entries as one chunk.
 func EncodeChunk(entries []oplog.Entry) ([]byte, error) {
@@ -45,6 +55,10 @@ func EncodeChunk(entries []oplog.Entry) ([]byte, error) {
 	}
 	if err := oplog.CheckEntries(entries); err != nil {
 		return nil, err
+	}
+	if last := uint64(entries[len(entries)-1].Index); last > is.MaxID {
+		// No index holds such an id, and no reader would accept the chunk.
+		return nil, fmt.Errorf("%w: index %d is above the largest an oplog holds (%d)", oplog.ErrInvalidEntries, last, is.MaxID)
 	}
 	size := 0
 	for _, e := range entries {
@@ -71,9 +85,9 @@ func DecodeChunk(data []byte) ([]oplog.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := decoder.DecodeAll(body, nil)
+	raw, err := decodeBody(body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: body: %v", ErrCorruptChunk, err)
+		return nil, err
 	}
 	entries := make([]oplog.Entry, count)
 	for i := range entries {
@@ -89,6 +103,30 @@ func DecodeChunk(data []byte) ([]oplog.Entry, error) {
 		return nil, fmt.Errorf("%w: %d bytes after the last entry", ErrCorruptChunk, len(raw))
 	}
 	return entries, nil
+}
+
+// decodeBody decompresses a chunk's body, at most maxBody bytes. A frame that states its content size
+// (as EncodeAll writes it) is decoded into a buffer of exactly that size; one that does not (any
+// streaming encoder's, which starts the frame before it knows the length) is decoded as a stream of
+// blocks into a buffer of maxBody, and what it held is copied out when it is much smaller, so that
+// the entries the caller keeps do not pin 4 MiB each.
+func decodeBody(body []byte) ([]byte, error) {
+	size := uint64(maxBody)
+	var hdr zstd.Header
+	if err := hdr.Decode(body); err == nil && hdr.HasFCS {
+		if hdr.FrameContentSize > maxBody {
+			return nil, fmt.Errorf("%w: body: the frame states %d bytes of content, a chunk holds at most %d", ErrCorruptChunk, hdr.FrameContentSize, maxBody)
+		}
+		size = hdr.FrameContentSize
+	}
+	raw, err := decoder.DecodeAll(body, make([]byte, 0, size))
+	if err != nil {
+		return nil, fmt.Errorf("%w: body: %v", ErrCorruptChunk, err)
+	}
+	if !hdr.HasFCS && len(raw) < cap(raw)/2 {
+		raw = bytes.Clone(raw)
+	}
+	return raw, nil
 }
 
 // ChunkSpan returns the first and last index of a chunk after checking its checksum, without
@@ -119,7 +157,8 @@ func parseHeader(data []byte) (count int, first oplog.Index, body []byte, err er
 	}
 	rest = rest[size:]
 	f, size := binary.Uvarint(rest)
-	if size <= 0 || f == 0 || f > uint64(1<<63-1)-n {
+	// The last index, first+n−1, is at most MaxID: written so that neither side can overflow.
+	if size <= 0 || f == 0 || f-1 > is.MaxID-n {
 		return 0, 0, nil, fmt.Errorf("%w: bad first index", ErrCorruptChunk)
 	}
 	return int(n), oplog.Index(f), rest[size:], nil

@@ -2,10 +2,15 @@ package archive
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -100,6 +105,130 @@ func TestSplitChunks_RespectsBothLimits(t *testing.T) {
 	for _, c := range bySize {
 		if _, err := EncodeChunk(c); err != nil {
 			t.Fatalf("a split chunk does not encode: %v", err)
+		}
+	}
+}
+
+// The last id an index can hold is is.MaxID (2^63−1), so a chunk ending there is valid: it encodes,
+// its checksum and header pass, and it decodes to the entries it was made of. One index further is
+// no id at all, so such a chunk is refused when encoded rather than written and then never readable.
+func TestChunk_EndingAtMaxIDIsValid(t *testing.T) {
+	for _, n := range []int{1, 2, 100} {
+		first := oplog.Index(is.MaxID) - oplog.Index(n) + 1
+		in := entriesFrom(first, n, 2)
+		data, err := EncodeChunk(in)
+		if err != nil {
+			t.Fatalf("%d entries ending at MaxID: encode: %v", n, err)
+		}
+		gotFirst, gotLast, err := ChunkSpan(data)
+		if err != nil || gotFirst != first || gotLast != oplog.Index(is.MaxID) {
+			t.Fatalf("%d entries ending at MaxID: ChunkSpan = %d, %d, %v; want %d, %d", n, gotFirst, gotLast, err, first, is.MaxID)
+		}
+		out, err := DecodeChunk(data)
+		if err != nil {
+			t.Fatalf("%d entries ending at MaxID: decode: %v", n, err)
+		}
+		if len(out) != n || out[n-1].Index != oplog.Index(is.MaxID) || !bytes.Equal(out[n-1].Payload, in[n-1].Payload) {
+			t.Fatalf("%d entries ending at MaxID: decoded %d entries, last %d", n, len(out), out[len(out)-1].Index)
+		}
+	}
+	for _, n := range []int{1, 2} {
+		in := entriesFrom(oplog.Index(is.MaxID)-oplog.Index(n)+2, n, 1)
+		if _, err := EncodeChunk(in); !errors.Is(err, oplog.ErrInvalidEntries) {
+			t.Fatalf("%d entries ending one past MaxID: encode: %v, want ErrInvalidEntries", n, err)
+		}
+	}
+	// A chunk whose header claims to end past MaxID, made by hand, does not parse.
+	for _, c := range []struct{ first, count uint64 }{{is.MaxID, 2}, {is.MaxID + 1, 1}, {1 << 63, 4096}, {^uint64(0), 1}} {
+		if _, _, err := ChunkSpan(handMadeChunk(c.first, c.count, []byte{})); !errors.Is(err, ErrCorruptChunk) {
+			t.Fatalf("a chunk of %d entries from %d: %v, want ErrCorruptChunk", c.count, c.first, err)
+		}
+	}
+}
+
+// handMadeChunk frames a header and a body as a foreign writer would, checksum included.
+func handMadeChunk(first, count uint64, body []byte) []byte {
+	out := []byte{chunkVersion}
+	out = binary.AppendUvarint(out, count)
+	out = binary.AppendUvarint(out, first)
+	out = append(out, body...)
+	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
+}
+
+// A foreign writer's zstd library may write a frame without its content size (any streaming
+// encoder does: it starts the frame before it knows how long the input is), in several blocks. The
+// decoder must read such a frame as a stream rather than rely on the header's size.
+func TestChunk_DecodesAFrameWithoutContentSize(t *testing.T) {
+	in := entriesFrom(40, 300, 400) // ~600 KiB of payload: several zstd blocks (128 KiB each at most)
+	var raw []byte
+	for _, e := range in {
+		raw = binary.AppendUvarint(raw, uint64(len(e.Payload)))
+		raw = append(raw, e.Payload...)
+	}
+	for _, opts := range [][]zstd.EOption{
+		{zstd.WithEncoderConcurrency(1)},
+		{zstd.WithEncoderConcurrency(4), zstd.WithEncoderLevel(zstd.SpeedBestCompression), zstd.WithWindowSize(1 << 20)},
+		{zstd.WithEncoderCRC(false), zstd.WithSingleSegment(false)},
+	} {
+		var frame bytes.Buffer
+		w, err := zstd.NewWriter(&frame, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Written in pieces through the io.Writer side, never EncodeAll: the frame header cannot say
+		// how long the content is.
+		for rest := raw; len(rest) > 0; {
+			n := min(len(rest), 10_000)
+			if _, err := w.Write(rest[:n]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var hdr zstd.Header
+		if err := hdr.Decode(frame.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		if hdr.HasFCS {
+			t.Fatalf("the streaming encoder wrote a content size (%d): the test needs a frame without one", hdr.FrameContentSize)
+		}
+		out, err := DecodeChunk(handMadeChunk(40, uint64(len(in)), frame.Bytes()))
+		if err != nil {
+			t.Fatalf("a frame without content size (%d bytes, single segment %v): %v", frame.Len(), hdr.SingleSegment, err)
+		}
+		if len(out) != len(in) {
+			t.Fatalf("decoded %d entries, want %d", len(out), len(in))
+		}
+		for i := range in {
+			if out[i].Index != in[i].Index || !bytes.Equal(out[i].Payload, in[i].Payload) {
+				t.Fatalf("entry %d: %d, want %d", i, out[i].Index, in[i].Index)
+			}
+		}
+	}
+}
+
+// The bound on what a body decompresses to holds whether or not the frame states its size.
+func TestChunk_RefusesABodyLargerThanAChunkHolds(t *testing.T) {
+	big := make([]byte, maxBody+1)
+	var streamed bytes.Buffer
+	w, err := zstd.NewWriter(&streamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, frame := range map[string][]byte{
+		"stated size": encoder.EncodeAll(big, nil),
+		"streamed":    streamed.Bytes(),
+	} {
+		if _, err := DecodeChunk(handMadeChunk(1, 1, frame)); !errors.Is(err, ErrCorruptChunk) {
+			t.Fatalf("%s: a body of %d bytes: %v, want ErrCorruptChunk", name, len(big), err)
 		}
 	}
 }
