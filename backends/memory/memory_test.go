@@ -17,9 +17,10 @@ func harness() storagetest.Harness {
 			tb.Cleanup(func() { st.Close() })
 			return st
 		},
-		ModelSinglePages: 200_000,
-		ModelWalks:       20_000,
-		RawWalk:          rawWalk,
+		ModelSinglePages:      200_000,
+		ModelWalks:            20_000,
+		LinearizableHistories: 5000,
+		RawWalk:               rawWalk,
 		// No Poison: nothing outside the Store reaches its indexes.
 	}
 }

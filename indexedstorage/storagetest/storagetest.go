@@ -32,6 +32,10 @@ type Harness struct {
 	ModelSinglePages int
 	ModelWalks       int
 
+	// LinearizableHistories is how many random concurrent histories the linearizability check runs
+	// (default 200).
+	LinearizableHistories int
+
 	// RawWalk, used by Bench only, walks every key of ns the way the engine would without strata
 	// (keyset SELECT, SCAN, a sorted slice), pageSize keys a call, and returns how many keys it saw.
 	// st is the Storage New returned, for the harness to reach its engine. nil leaves the raw row out.
@@ -57,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ScanStable", func(t *testing.T) { testScanStable(t, h) })
 	t.Run("Model", func(t *testing.T) { testModel(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, h) })
+	t.Run("Linearizable", func(t *testing.T) { testLinearizable(t, h) })
 	t.Run("Poisoned", func(t *testing.T) { testPoisoned(t, h) })
 }
 

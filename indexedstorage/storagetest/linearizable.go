@@ -1,0 +1,375 @@
+package storagetest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// The linearizability check runs random concurrent histories (several clients, every per-index
+// operation of the contract, a few keys) against the backend and asks porcupine whether each history
+// could have happened one operation at a time, each taking effect at some instant between its call and
+// its return. A backend whose Delete or DropPrefix is not atomic against a concurrent Append (a reader
+// sees the appended id, yet the delete that returned afterwards left it behind) fails here, and so does
+// one whose conflict check is a read followed by a write.
+//
+// Every operation touches one index, so histories are checked per key. Values are derived from the key
+// and id, so the model is the ids alone; every value read is checked where it is read.
+
+const (
+	linClients = 4
+	linKeys    = 2
+	linOps     = 30 // per client per history
+)
+
+// linOpKind names an operation of the contract.
+type linOpKind int
+
+const (
+	linExists linOpKind = iota
+	linAppend
+	linAppendMany
+	linLength
+	linRead
+	linFirst
+	linLast
+	linClosest
+	linDropPrefix
+	linDelete
+)
+
+var linOpNames = [...]string{"Exists", "Append", "AppendMany", "Length", "Read", "First", "Last", "Closest", "DropPrefix", "Delete"}
+
+type linInput struct {
+	key  string
+	kind linOpKind
+	ids  []uint64 // Append: one; AppendMany: several
+	a, b uint64   // Read: from, to; Closest: id; DropPrefix: upTo
+}
+
+type linOutput struct {
+	conflict bool     // Append and AppendMany: ErrConflict
+	ok       bool     // Exists; First, Last, Closest: found
+	n        uint64   // Length; DropPrefix: dropped; First, Last, Closest: the id found
+	ids      []uint64 // Read
+}
+
+// linState is an index's ids, ascending; never modified once built.
+type linState []uint64
+
+func linStep(state, input, output any) (bool, any) {
+	s, in, out := state.(linState), input.(linInput), output.(linOutput)
+	last := uint64(0)
+	if len(s) > 0 {
+		last = s[len(s)-1]
+	}
+	switch in.kind {
+	case linExists:
+		return out.ok == (len(s) > 0), s
+	case linAppend, linAppendMany:
+		if in.ids[0] <= last {
+			return out.conflict, s
+		}
+		if out.conflict {
+			return false, s
+		}
+		return true, append(slices.Clip(s), in.ids...)
+	case linLength:
+		return out.n == uint64(len(s)), s
+	case linRead:
+		var want []uint64
+		for _, id := range s {
+			if id >= in.a && id <= in.b {
+				want = append(want, id)
+			}
+		}
+		return slices.Equal(want, out.ids), s
+	case linFirst:
+		if len(s) == 0 {
+			return !out.ok, s
+		}
+		return out.ok && out.n == s[0], s
+	case linLast:
+		if len(s) == 0 {
+			return !out.ok, s
+		}
+		return out.ok && out.n == last, s
+	case linClosest:
+		i, _ := slices.BinarySearch(s, in.a)
+		if i == len(s) {
+			return !out.ok, s
+		}
+		return out.ok && out.n == s[i], s
+	case linDropPrefix:
+		i, _ := slices.BinarySearch(s, in.a+1)
+		if in.a == ^uint64(0) {
+			i = len(s)
+		}
+		return out.n == uint64(i), s[i:]
+	case linDelete:
+		return true, linState(nil)
+	}
+	return false, s
+}
+
+var linModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range history {
+			k := op.Input.(linInput).key
+			if _, seen := byKey[k]; !seen {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	},
+	Init: func() any { return linState(nil) },
+	Step: linStep,
+	Equal: func(a, b any) bool {
+		return slices.Equal(a.(linState), b.(linState))
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(linInput), output.(linOutput)
+		args := ""
+		switch in.kind {
+		case linAppend, linAppendMany:
+			args = fmt.Sprint(in.ids)
+		case linRead:
+			args = fmt.Sprintf("%d..%d", in.a, in.b)
+		case linClosest, linDropPrefix:
+			args = fmt.Sprint(in.a)
+		}
+		res := ""
+		switch in.kind {
+		case linAppend, linAppendMany:
+			res = "ok"
+			if out.conflict {
+				res = "conflict"
+			}
+		case linExists:
+			res = fmt.Sprint(out.ok)
+		case linLength, linDropPrefix:
+			res = fmt.Sprint(out.n)
+		case linRead:
+			res = fmt.Sprint(out.ids)
+		case linFirst, linLast, linClosest:
+			res = "none"
+			if out.ok {
+				res = fmt.Sprint(out.n)
+			}
+		case linDelete:
+			res = "ok"
+		}
+		return fmt.Sprintf("%s %s(%s) → %s", in.key, linOpNames[in.kind], args, res)
+	},
+	DescribeState: func(state any) string { return fmt.Sprint([]uint64(state.(linState))) },
+}
+
+// linClient is one client of a history: its random choices and the id counter all clients share, so
+// that most appends go above the index's last id and some race for the same one.
+type linClient struct {
+	rng    *rand.Rand
+	keys   []string
+	nextID *atomic.Uint64
+}
+
+func (c *linClient) input() linInput {
+	in := linInput{key: c.keys[c.rng.IntN(len(c.keys))]}
+	top := c.nextID.Load()
+	id := func() uint64 { return 1 + c.rng.Uint64N(top+2) }
+	switch r := c.rng.IntN(100); {
+	case r < 25:
+		in.kind = linAppend
+		// Mostly a fresh id; sometimes the last one handed out, to race another client for it.
+		if c.rng.IntN(4) == 0 {
+			in.ids = []uint64{max(top, 1)}
+		} else {
+			in.ids = []uint64{c.nextID.Add(1)}
+		}
+	case r < 35:
+		in.kind = linAppendMany
+		first := c.nextID.Add(3) - 2
+		in.ids = []uint64{first, first + 1 + c.rng.Uint64N(2)}
+	case r < 42:
+		in.kind = linExists
+	case r < 49:
+		in.kind = linLength
+	case r < 62:
+		in.kind = linRead
+		in.a, in.b = id(), ^uint64(0)
+		if c.rng.IntN(2) == 0 {
+			in.a = 0
+		}
+		if c.rng.IntN(3) == 0 {
+			in.b = in.a + c.rng.Uint64N(4)
+		}
+	case r < 67:
+		in.kind = linFirst
+	case r < 72:
+		in.kind = linLast
+	case r < 77:
+		in.kind = linClosest
+		in.a = id()
+	case r < 92:
+		in.kind = linDropPrefix
+		in.a = id()
+		if c.rng.IntN(5) == 0 {
+			in.a = ^uint64(0)
+		}
+	default:
+		in.kind = linDelete
+	}
+	return in
+}
+
+// linRun runs one operation against st and returns its output, or an error that fails the check: any
+// error but a conflict on an append, or a value that is not the one written.
+func (f *fixture) linRun(st is.Storage, in linInput) (linOutput, error) {
+	var out linOutput
+	var err error
+	var e is.Entry
+	ctx := f.ctx
+	switch in.kind {
+	case linExists:
+		out.ok, err = st.Exists(ctx, ns, in.key)
+	case linAppend:
+		err = st.Append(ctx, ns, in.key, in.ids[0], value(in.key, in.ids[0]))
+	case linAppendMany:
+		err = st.AppendMany(ctx, ns, in.key, entries(in.key, in.ids...))
+	case linLength:
+		out.n, err = st.Length(ctx, ns, in.key)
+	case linRead:
+		var got []is.Entry
+		got, err = st.Read(ctx, ns, in.key, in.a, in.b)
+		for _, g := range got {
+			if !slices.Equal(g.Value, value(in.key, g.ID)) {
+				return out, fmt.Errorf("Read(%q) id %d: value %q, want %q", in.key, g.ID, g.Value, value(in.key, g.ID))
+			}
+			out.ids = append(out.ids, g.ID)
+		}
+	case linFirst:
+		e, out.ok, err = st.First(ctx, ns, in.key)
+	case linLast:
+		e, out.ok, err = st.Last(ctx, ns, in.key)
+	case linClosest:
+		e, out.ok, err = st.Closest(ctx, ns, in.key, in.a)
+	case linDropPrefix:
+		out.n, err = st.DropPrefix(ctx, ns, in.key, in.a)
+	case linDelete:
+		err = st.Delete(ctx, ns, in.key)
+	}
+	if (in.kind == linAppend || in.kind == linAppendMany) && errors.Is(err, is.ErrConflict) {
+		return linOutput{conflict: true}, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("%s(%q): %w", linOpNames[in.kind], in.key, err)
+	}
+	if in.kind == linFirst || in.kind == linLast || in.kind == linClosest {
+		if out.ok && !slices.Equal(e.Value, value(in.key, e.ID)) {
+			return out, fmt.Errorf("%s(%q) id %d: value %q, want %q", linOpNames[in.kind], in.key, e.ID, e.Value, value(in.key, e.ID))
+		}
+		out.n = e.ID
+	}
+	return out, nil
+}
+
+// history runs one random concurrent history on fresh keys and returns its operations. Call and return
+// times come from one atomic clock, so an operation that returned before another was called has the
+// smaller times: the real-time order porcupine needs.
+func (f *fixture) history(n int, seed uint64) ([]porcupine.Operation, error) {
+	keys := make([]string, linKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("lin/%d/%d", n, i)
+	}
+	var clock atomic.Int64
+	var nextID atomic.Uint64
+	ops := make([][]porcupine.Operation, linClients)
+	errs := make([]error, linClients)
+	var wg sync.WaitGroup
+	for c := range linClients {
+		client := &linClient{rng: rand.New(rand.NewPCG(seed, uint64(c))), keys: keys, nextID: &nextID}
+		wg.Go(func() {
+			for range linOps {
+				in := client.input()
+				call := clock.Add(1)
+				out, err := f.linRun(f.st, in)
+				ret := clock.Add(1)
+				if err != nil {
+					errs[c] = err
+					return
+				}
+				ops[c] = append(ops[c], porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return slices.Concat(ops...), nil
+}
+
+func testLinearizable(t *testing.T, h Harness) {
+	f := newFixture(t, h)
+	histories := h.LinearizableHistories
+	if histories == 0 {
+		histories = 200
+	}
+	seed := modelSeed(t)
+	for n := range histories {
+		ops, err := f.history(n, seed+uint64(n))
+		if err != nil {
+			t.Fatalf("history %d: %v", n, err)
+		}
+		result, info := porcupine.CheckOperationsVerbose(linModel, ops, 0)
+		if result == porcupine.Ok {
+			continue
+		}
+		path := visualizationPath(t, n)
+		if err := porcupine.VisualizePath(linModel, info, path); err != nil {
+			t.Logf("writing the visualization: %v", err)
+		}
+		t.Fatalf("history %d of %d (%d clients, %d operations on %d keys) is not linearizable: %s; porcupine's visualization is %s",
+			n+1, histories, linClients, len(ops), linKeys, describeHistory(ops), path)
+	}
+}
+
+// visualizationPath is where a failing history's visualization goes: STRATA_ARTIFACTS if set (CI keeps
+// it), else the system's temporary directory, which outlives the test.
+func visualizationPath(t *testing.T, n int) string {
+	dir := os.Getenv("STRATA_ARTIFACTS")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	return filepath.Join(dir, fmt.Sprintf("porcupine-%s-%d.html", name, n))
+}
+
+// describeHistory lists a history's operations in call order, for the failure message.
+func describeHistory(ops []porcupine.Operation) string {
+	sorted := slices.Clone(ops)
+	slices.SortFunc(sorted, func(a, b porcupine.Operation) int { return int(a.Call - b.Call) })
+	var b strings.Builder
+	for _, op := range sorted {
+		fmt.Fprintf(&b, "\n  [%d,%d] client %d: %s", op.Call, op.Return, op.ClientId, linModel.DescribeOperation(op.Input, op.Output))
+	}
+	return b.String()
+}
