@@ -45,6 +45,21 @@ var corruptions = []struct {
 	{"SchemaWithoutTable", func(t *testing.T, path string) {
 		execFile(t, path, `DROP TABLE index_storage`)
 	}},
+	{"OldSchemaWithAForbiddenRow", func(t *testing.T, path string) {
+		// A file an earlier build left at schema version 1, before the table refused rows of the
+		// wrong type, into which a foreign writer put a text id: the upgrade refuses to carry it over
+		// or drop it, so the file stays as it was and cannot be opened.
+		key := damagedKey(t, path)
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		execFile(t, path, `PRAGMA journal_mode = WAL`,
+			`CREATE TABLE index_storage (namespace TEXT NOT NULL, key TEXT NOT NULL, id INTEGER NOT NULL, value BLOB NOT NULL,
+				PRIMARY KEY (namespace, key, id)) WITHOUT ROWID`,
+			`PRAGMA user_version = 1`,
+			fmt.Sprintf(`INSERT INTO index_storage VALUES (%s, %s, 1, x'00'), (%[1]s, %[2]s, 'seven', x'00')`,
+				sqlQuote(testNS), sqlQuote(key)))
+	}},
 	{"ForeignDatabase", func(t *testing.T, path string) {
 		// Someone else's database under this index's name: no schema version, tables of its own.
 		if err := os.Remove(path); err != nil {
@@ -62,6 +77,24 @@ var corruptions = []struct {
 		}
 		t.Cleanup(func() { os.Chmod(path, 0o644) })
 	}},
+}
+
+// sqlQuote is s as an SQL string literal.
+func sqlQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// damagedKey returns the key whose rows the file at path holds, read from the file itself.
+func damagedKey(t *testing.T, path string) string {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var key string
+	if err := db.QueryRow(`SELECT key FROM index_storage LIMIT 1`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	return key
 }
 
 // execFile runs statements on the SQLite file at path with a connection of its own, then closes it.
