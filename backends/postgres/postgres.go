@@ -5,10 +5,10 @@
 // embedded, versioned migration that New applies under an advisory lock, so any number of processes may
 // start at once. Every statement names its schema: the package never relies on search_path.
 //
-// Appends are serialized per index by a transaction-scoped advisory lock taken in the same implicit
-// transaction as the guarded INSERT, sent together in one round trip. ScanStable is keyset paging over
-// the primary key, bounded by the byte interval of the prefix, so it seeks instead of skipping and is
-// safe while the caller deletes the keys it walks.
+// Mutations are serialized per index by a transaction-scoped advisory lock taken in the same
+// transaction as the guarded INSERT or the DELETE, sent together in one round trip. ScanStable is
+// keyset paging over the primary key, bounded by the byte interval of the prefix, so it seeks instead
+// of skipping and is safe while the caller deletes the keys it walks.
 package postgres
 
 import (
@@ -253,7 +253,7 @@ func (s *Store) appendEntries(ctx context.Context, op, ns, key string, entries [
 		}
 	}
 	var b pgx.Batch
-	b.Queue(`SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, s.lockKey(ns, key))
+	s.queueLock(&b, ns, key)
 	b.Queue(s.sqlAppend, ns, key, ids, values, ids[0])
 	br := s.pool.SendBatch(ctx, &b)
 	var last *int64
@@ -273,9 +273,16 @@ func (s *Store) appendEntries(ctx context.Context, op, ns, key string, entries [
 	return nil
 }
 
-// lockKey names an index for its advisory lock. Advisory locks are database-wide, so the schema is part
-// of the name; a hash collision only serializes two unrelated indexes.
-func (s *Store) lockKey(ns, key string) string { return s.schema + "." + ns + ":" + key }
+// queueLock queues the index's transaction-scoped advisory lock. Every mutation of an index takes it
+// first, in the transaction that mutates: Append and AppendMany so that the conflict check and the
+// insert are one step, DropPrefix and Delete so that they are linearizable against Append. Without it a
+// DELETE under READ COMMITTED works from the snapshot its statement started with, and leaves behind an
+// Append that committed while it ran, though a reader saw that entry before the delete returned.
+// Advisory locks are database-wide, so the schema is part of the name; a hash collision only serializes
+// two unrelated indexes.
+func (s *Store) queueLock(b *pgx.Batch, ns, key string) {
+	b.Queue(`SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, s.schema+"."+ns+":"+key)
+}
 
 func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
 	if err := s.start("length", is.ValidateIndex(ns, key)); err != nil {
@@ -346,9 +353,9 @@ func scanEntry(row pgx.CollectableRow) (is.Entry, error) {
 	return is.Entry{ID: uint64(id), Value: value}, err
 }
 
-// DropPrefix deletes in batches of dropBatch inside one transaction: the drop is atomic, and an Append
-// above upTo never conflicts with it (the deletes touch only rows ≤ upTo), so it is never lost. The
-// first batch rides in the same round trip as BEGIN.
+// DropPrefix deletes in batches of dropBatch inside one transaction, under the index's lock: the drop is
+// atomic, and an Append waits for it, so none is lost or left behind. The lock and the first batch ride
+// in the same round trip as BEGIN.
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
 	if err := s.start("drop prefix", is.ValidateIndex(ns, key)); err != nil {
 		return 0, err
@@ -359,6 +366,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 	bound := int64(min(upTo, is.MaxID))
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
+	s.queueLock(&b, ns, key)
 	b.Queue(s.sqlDropBatch, ns, key, bound, dropBatch)
 	br := s.pool.SendBatch(ctx, &b)
 	tx := br.Tx()
@@ -367,7 +375,10 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 	defer tx.Rollback(ctx)
 
 	var selected, dropped, total int64
-	_, err := br.Exec()
+	_, err := br.Exec() // BEGIN
+	if err == nil {
+		_, err = br.Exec() // the lock
+	}
 	if err == nil {
 		err = br.QueryRow().Scan(&selected, &dropped)
 	}
@@ -390,7 +401,19 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 	if err := s.start("delete", is.ValidateIndex(ns, key)); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, s.sqlDelete, ns, key); err != nil {
+	// The lock and the DELETE share one implicit transaction, in one round trip.
+	var b pgx.Batch
+	s.queueLock(&b, ns, key)
+	b.Queue(s.sqlDelete, ns, key)
+	br := s.pool.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
 		return s.fail("delete", err)
 	}
 	return nil
