@@ -1,0 +1,122 @@
+package selftest
+
+// bug names one deliberate defect of the reference store; the zero bug is none. Its value is the
+// mutant's name, as TestMutant and the subprocesses know it.
+type bug string
+
+const (
+	// ScanStable.
+	bugPositionalResume         bug = "positionalResume"
+	bugResumeInclusive          bug = "resumeInclusive"
+	bugResumeInclusiveUnordered bug = "resumeInclusiveUnordered"
+	bugUnescapedPrefix          bug = "unescapedPrefix"
+	bugForeignTokenRestarts     bug = "foreignTokenRestarts"
+	bugPageOverCount            bug = "pageOverCount"
+	bugNamespaceJoinedBySlash   bug = "namespaceJoinedBySlash"
+
+	// Writes.
+	bugNonAtomicAppendMany   bug = "nonAtomicAppendMany"
+	bugLazyIDValidation      bug = "lazyIDValidation"
+	bugConflictOnlyOnEqualID bug = "conflictOnlyOnEqualID"
+	bugLostRacingAppend      bug = "lostRacingAppend"
+
+	// Emptied and deleted indexes.
+	bugEmptiedIndexExists         bug = "emptiedIndexExists"
+	bugEmptiedIndexScanned        bug = "emptiedIndexScanned"
+	bugLengthNotDecrementedByDrop bug = "lengthNotDecrementedByDrop"
+	bugDeleteSkipsValidation      bug = "deleteSkipsValidation"
+	bugDeleteIgnoresClose         bug = "deleteIgnoresClose"
+
+	// Ranges.
+	bugReadExcludesTo         bug = "readExcludesTo"
+	bugReadUnclamped          bug = "readUnclamped"
+	bugClosestStrictlyAbove   bug = "closestStrictlyAbove"
+	bugDropPrefixExclusive    bug = "dropPrefixExclusive"
+	bugDropPrefixUpToOverflow bug = "dropPrefixUpToOverflow"
+
+	// Values handed out or kept.
+	bugAliasRead       bug = "aliasRead"
+	bugAliasFirstLast  bug = "aliasFirstLast"
+	bugAliasAppend     bug = "aliasAppend"
+	bugAliasAppendMany bug = "aliasAppendMany"
+
+	// Key identity.
+	bugCaseFold          bug = "caseFold"
+	bugTrailingSpaceFold bug = "trailingSpaceFold"
+	bugNormalisationFold bug = "normalisationFold"
+
+	// Atomicity against concurrent callers.
+	bugPartialDrop           bug = "partialDrop"
+	bugDoubleCountedDrops    bug = "doubleCountedDrops"
+	bugNonLinearizableDelete bug = "nonLinearizableDelete"
+
+	// Unreadable indexes.
+	bugPoisonFailsPage   bug = "poisonFailsPage"
+	bugPoisonIsTransient bug = "poisonIsTransient"
+)
+
+// mutant is one bug and what it stands for.
+type mutant struct {
+	bug  bug
+	what string
+}
+
+// mutants is every bug the suite must catch. Each is a defect a real backend has had or could
+// plausibly have; the line that carries it is in store_test.go, behind a check of its bug.
+var mutants = []mutant{
+	{bugPositionalResume, "ScanStable resumes at an offset (a cursor token counting keys), so a key deleted behind the cursor makes the walk skip one"},
+	{bugResumeInclusive, "ScanStable resumes with >= instead of >: the marker key comes back at the top of the next page (pages of one never advance)"},
+	{bugResumeInclusiveUnordered, "as resumeInclusive, on a backend declaring no capabilities, so only a walk that never ends shows it"},
+	{bugUnescapedPrefix, "the prefix is a LIKE pattern: '_' matches any character, '%' any run"},
+	{bugForeignTokenRestarts, "a Resume of another kind, or malformed, silently restarts the walk instead of failing with ErrInvalidArgument"},
+	{bugPageOverCount, "ScanStable hands back its look-ahead key: count+1 keys on an ordered backend"},
+	{bugNamespaceJoinedBySlash, "one flat keyspace of ns+\"/\"+key: ns \"a\" key \"b/c\" is ns \"a/b\" key \"c\", and a walk of \"a\" lists the keys of \"a/b\""},
+
+	{bugNonAtomicAppendMany, "AppendMany writes row by row, checking each against the last: a conflict in the batch leaves the rows before it"},
+	{bugLazyIDValidation, "AppendMany checks each id's range when writing its row: an id out of range leaves the rows before it"},
+	{bugConflictOnlyOnEqualID, "only a primary key on the id guards Append: an id below the last that is free is inserted, not a conflict"},
+	{bugLostRacingAppend, "Append checks the last id under the read lock, lets go, then writes what it read plus the batch: a racing append is lost"},
+
+	{bugEmptiedIndexExists, "DropPrefix that empties an index leaves it behind: Exists is true"},
+	{bugEmptiedIndexScanned, "DropPrefix that empties an index leaves its key where scans find it"},
+	{bugLengthNotDecrementedByDrop, "Length is a counter of appends that DropPrefix forgets to decrement"},
+	{bugDeleteSkipsValidation, "Delete does not validate its namespace and key: a bad one returns nil"},
+	{bugDeleteIgnoresClose, "Delete after Close returns nil instead of ErrClosed"},
+
+	{bugReadExcludesTo, "Read is the half-open range [from, to)"},
+	{bugReadUnclamped, "Read binds to as a signed integer: to = 2^64-1 becomes -1 and reads nothing"},
+	{bugClosestStrictlyAbove, "Closest returns the smallest id > id instead of >= id"},
+	{bugDropPrefixExclusive, "DropPrefix drops ids < upTo instead of <= upTo"},
+	{bugDropPrefixUpToOverflow, "DropPrefix(upTo) computes upTo+1, which wraps to 0 for upTo = 2^64-1 and drops nothing"},
+
+	{bugAliasRead, "Read hands out the stored value slices: editing a returned value edits the store"},
+	{bugAliasFirstLast, "First, Last and Closest hand out the stored value slice"},
+	{bugAliasAppend, "Append keeps the caller's slice instead of a copy"},
+	{bugAliasAppendMany, "AppendMany keeps the caller's slices instead of copies (Append copies)"},
+
+	{bugCaseFold, "keys are compared case-insensitively (a folding collation): \"K\" and \"k\" are one index"},
+	{bugTrailingSpaceFold, "trailing spaces are trimmed before keys are compared (a PAD SPACE collation): \"k \" and \"k\" are one index"},
+	{bugNormalisationFold, "keys are compared after Unicode normalisation: NFD \"e\\u0301\" and NFC \"\\u00e9\" are one index"},
+
+	{bugPartialDrop, "DropPrefix removes one entry per lock, so a concurrent reader sees First move mid-drop"},
+	{bugDoubleCountedDrops, "DropPrefix counts under the read lock and drops under the write lock: two racing drops both count the same entries"},
+	{bugNonLinearizableDelete, "Delete removes the ids it saw when it started (PostgreSQL's DELETE under READ COMMITTED): an Append committed meanwhile survives"},
+
+	{bugPoisonFailsPage, "one unreadable index fails the whole ScanStable page instead of being listed in Unreadable"},
+	{bugPoisonIsTransient, "an unreadable index's errors are classified ErrTransient, so callers retry a read that cannot succeed"},
+}
+
+// lookup returns the mutant of that name; "reference" is the store with no bug.
+func lookup(name string) (bug, bool) {
+	if name == referenceName {
+		return "", true
+	}
+	for _, m := range mutants {
+		if string(m.bug) == name {
+			return m.bug, true
+		}
+	}
+	return "", false
+}
+
+const referenceName = "reference"

@@ -1,0 +1,277 @@
+package selftest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/indexedstorage/storagetest"
+)
+
+// envMutant names the mutant a subprocess runs the suite on.
+const envMutant = "STRATA_MUTANT"
+
+// envTimeout overrides mutantTimeout (a time.ParseDuration string), for a slow machine or -race.
+const envTimeout = "STRATA_SELFTEST_TIMEOUT"
+
+// mutantTimeout bounds one subprocess: the suite takes a few seconds at most on the reference (under
+// -race too), so a mutant still running after this long has hung the suite. That counts as killing
+// it, and is reported as a hang, since the suite should fail with a message instead.
+const mutantTimeout = 30 * time.Second
+
+// parallelMutants is how many subprocesses run at once.
+const parallelMutants = 2
+
+func harness(b bug) storagetest.Harness {
+	return storagetest.Harness{
+		New: func(tb testing.TB) is.Storage {
+			st := newStore(b)
+			tb.Cleanup(func() { st.Close() })
+			return st
+		},
+		// Small counts keep one run of the suite to seconds; the suite's defaults are 2000 and 500.
+		ModelSinglePages: 300,
+		ModelWalks:       60,
+		Poison: func(tb testing.TB, st is.Storage, ns, key string) {
+			st.(*store).poison(tb, ns, key)
+		},
+	}
+}
+
+// TestReference runs the suite on the store with no bug: it must pass, so that a mutant's failure is
+// its bug's doing.
+func TestReference(t *testing.T) {
+	if os.Getenv(envMutant) != "" {
+		t.Skip("inside a mutant's subprocess")
+	}
+	storagetest.Run(t, harness(""))
+}
+
+// TestMutant runs the suite on the mutant STRATA_MUTANT names, as a subtest of that name; it is what
+// TestMutantsAreKilled re-executes the test binary for. Without the variable it skips.
+func TestMutant(t *testing.T) {
+	name := os.Getenv(envMutant)
+	if name == "" {
+		t.Skip(envMutant + " is not set: TestMutantsAreKilled runs this test once per mutant, in a subprocess")
+	}
+	b, ok := lookup(name)
+	if !ok {
+		t.Fatalf("%s=%q names no mutant", envMutant, name)
+	}
+	t.Run(name, func(t *testing.T) { storagetest.Run(t, harness(b)) })
+}
+
+// outcome is what one subprocess showed.
+type outcome struct {
+	name     string
+	passed   bool          // exit status 0 and the suite ran
+	hung     bool          // killed by -test.timeout
+	raced    bool          // the race detector reported a race
+	failedIn string        // the first failing check, relative to the mutant's subtest
+	message  string        // that check's failure message
+	tail     string        // the last lines of the output
+	elapsed  time.Duration // how long the subprocess ran
+	err      error         // the subprocess could not be run or its result not read
+}
+
+// TestMutantsAreKilled runs the suite on every mutant, each in a subprocess (the test binary again,
+// with STRATA_MUTANT set and -test.run selecting TestMutant), and fails for every mutant that survives,
+// that is whose suite run passes. The reference runs the same way first and must pass, which proves
+// the subprocess runs the suite at all: without that control a broken invocation would "kill" every
+// mutant.
+func TestMutantsAreKilled(t *testing.T) {
+	if os.Getenv(envMutant) != "" {
+		t.Skip("inside a mutant's subprocess")
+	}
+	timeout := mutantTimeout
+	if s := os.Getenv(envTimeout); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envTimeout, s, err)
+		}
+		timeout = d
+	}
+	if deadline, ok := t.Deadline(); ok {
+		// Leave room for the summary: a hang must end the subprocess, not this test.
+		if left := time.Until(deadline) - 30*time.Second; left < timeout {
+			timeout = max(left, 10*time.Second)
+		}
+	}
+
+	artifacts := t.TempDir()
+	control := runSuite(t, referenceName, timeout, artifacts)
+	if control.err != nil || !control.passed {
+		t.Fatalf("the reference store fails the suite in a subprocess, so no mutant's failure means anything (err %v, failed in %q: %s)\n%s",
+			control.err, control.failedIn, control.message, control.tail)
+	}
+
+	results := make([]outcome, len(mutants))
+	sem := make(chan struct{}, parallelMutants)
+	var wg sync.WaitGroup
+	for i, m := range mutants {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = runSuite(t, string(m.bug), timeout, artifacts)
+		})
+	}
+	wg.Wait()
+
+	var survivors []string
+	for i, m := range mutants {
+		r := results[i]
+		switch {
+		case r.err != nil:
+			t.Errorf("mutant %s: %v", m.bug, r.err)
+		case r.passed:
+			survivors = append(survivors, string(m.bug))
+			t.Errorf("mutant %s SURVIVED: the suite passes on a backend where %s\nlast lines of its run:\n%s", m.bug, m.what, r.tail)
+		case r.hung:
+			t.Logf("%-28s killed by the timeout after %v: the suite HUNG in %s instead of failing", m.bug, r.elapsed.Round(time.Second), r.failedIn)
+		default:
+			race := ""
+			if r.raced {
+				race = " (the race detector reported a race)"
+			}
+			t.Logf("%-28s killed in %.1fs by %s%s: %s", m.bug, r.elapsed.Seconds(), r.failedIn, race, r.message)
+		}
+	}
+	t.Logf("reference passes in %.1fs; %d of %d mutants killed", control.elapsed.Seconds(), len(mutants)-len(survivors), len(mutants))
+	if len(survivors) > 0 {
+		t.Errorf("%d surviving mutants: %s", len(survivors), strings.Join(survivors, ", "))
+	}
+}
+
+// runSuite re-executes the test binary to run the suite on the named mutant and reads the outcome.
+func runSuite(t *testing.T, name string, timeout time.Duration, artifacts string) outcome {
+	ctx, cancel := context.WithTimeout(t.Context(), timeout+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0],
+		"-test.run=^TestMutant$/^"+name+"$",
+		"-test.count=1",
+		"-test.v",
+		"-test.failfast",
+		"-test.timeout="+timeout.String(),
+	)
+	// The suite writes what it can of a failure (porcupine's visualisation) to STRATA_ARTIFACTS; a
+	// mutant's failures are expected, so they go to a directory the test removes.
+	cmd.Env = append(os.Environ(), envMutant+"="+name, "STRATA_ARTIFACTS="+artifacts)
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	o := outcome{name: name, elapsed: time.Since(start)}
+	out := output.String()
+	o.tail = lastLines(out, 15)
+	o.raced = strings.Contains(out, "WARNING: DATA RACE")
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		if !strings.Contains(out, "--- PASS: TestMutant/"+name+" ") {
+			o.err = fmt.Errorf("the subprocess exited 0 without running the suite on it:\n%s", o.tail)
+		}
+		o.passed = true
+		return o
+	case !errors.As(err, &exit):
+		o.err = fmt.Errorf("running the subprocess: %v\n%s", err, o.tail)
+		return o
+	case ctx.Err() != nil:
+		o.err = fmt.Errorf("the subprocess outlived its own -test.timeout of %v and was killed\n%s", timeout, o.tail)
+		return o
+	}
+	o.hung = strings.Contains(out, "panic: test timed out after")
+	o.failedIn, o.message = firstFailure(out, name)
+	if o.hung {
+		o.failedIn = runningTest(out, name)
+	}
+	if o.failedIn == "" && !o.hung {
+		// A crash before any test reported: still a failure of the run, but say what it was.
+		o.failedIn, o.message = "(no failing test reported)", firstLine(o.tail)
+	}
+	return o
+}
+
+// firstFailure returns the innermost "--- FAIL" test of the output (with -test.v the results come
+// parent first, after the log lines of the failing check) and the log lines printed just before the
+// first result line: the check's failure message.
+func firstFailure(out, name string) (test, message string) {
+	lines := strings.Split(out, "\n")
+	first := -1
+	for i, line := range lines {
+		trimmed := strings.TrimSpace(line)
+		if !strings.HasPrefix(trimmed, "--- FAIL: ") {
+			continue
+		}
+		t := strings.TrimPrefix(trimmed, "--- FAIL: ")
+		if j := strings.LastIndex(t, " ("); j >= 0 {
+			t = t[:j]
+		}
+		if first < 0 || strings.Count(t, "/") > strings.Count(test, "/") {
+			test = t
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	if first < 0 {
+		return "", ""
+	}
+	for j := first - 1; j >= 0; j-- {
+		if strings.HasPrefix(strings.TrimSpace(lines[j]), "=== ") {
+			break
+		}
+		if l := strings.TrimSpace(lines[j]); logLine.MatchString(lines[j]) && !strings.Contains(l, "rerun with STRATA_MODEL_SEED") {
+			message = l
+			break
+		}
+	}
+	if len(message) > 240 {
+		message = strings.ToValidUTF8(message[:240], "") + " …"
+	}
+	return strings.TrimPrefix(test, "TestMutant/"+name+"/"), message
+}
+
+// logLine is the first line of a t.Log or t.Fatal message: "file.go:123: text", indented.
+var logLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
+
+// runningTest returns the innermost test a -test.timeout panic lists as running.
+func runningTest(out, name string) string {
+	_, after, ok := strings.Cut(out, "running tests:\n")
+	if !ok {
+		return "(unknown test)"
+	}
+	deepest := ""
+	for _, line := range strings.Split(after, "\n") {
+		l := strings.TrimSpace(line)
+		if !strings.HasPrefix(l, "Test") {
+			break
+		}
+		if j := strings.LastIndex(l, " ("); j >= 0 {
+			l = l[:j]
+		}
+		if len(l) > len(deepest) {
+			deepest = l
+		}
+	}
+	return strings.TrimPrefix(deepest, "TestMutant/"+name+"/")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
