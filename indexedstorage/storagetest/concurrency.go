@@ -117,7 +117,7 @@ func testConcurrency(t *testing.T, h Harness) {
 	// (Racing writers of the same id are caught by a unique key even without atomicity; these are not.)
 	t.Run("ConflictCheckIsAtomicWithTheWrite", func(t *testing.T) {
 		f := newFixture(t, h)
-		for round := range 60 {
+		for round := range h.raceRounds(60) {
 			key := fmt.Sprintf("race-%d", round)
 			f.append(ns, key, 1, 2, 3)
 			var wg sync.WaitGroup

@@ -36,6 +36,11 @@ type Harness struct {
 	// (default 200).
 	LinearizableHistories int
 
+	// RaceRounds is how many rounds each racing check runs (default 30 to 60, by check). A round on an
+	// in-process backend costs microseconds, and a lock bug there shows in a small share of rounds, so
+	// such a backend runs thousands: enough that the bug fails every run.
+	RaceRounds int
+
 	// RawWalk, used by Bench only, walks every key of ns the way the engine would without strata
 	// (keyset SELECT, SCAN, a sorted slice), pageSize keys a call, and returns how many keys it saw.
 	// st is the Storage New returned, for the harness to reach its engine. nil leaves the raw row out.
@@ -61,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ScanStable", func(t *testing.T) { testScanStable(t, h) })
 	t.Run("Model", func(t *testing.T) { testModel(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, h) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
 	t.Run("Linearizable", func(t *testing.T) { testLinearizable(t, h) })
 	t.Run("Poisoned", func(t *testing.T) { testPoisoned(t, h) })
 }
