@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stratalog/strata/backends"
 	is "github.com/stratalog/strata/indexedstorage"
@@ -124,7 +125,7 @@ func TestOpenSchedule(t *testing.T) {
 			t.Fatalf("OpenSchedule(%q): %v", raw, err)
 		}
 		defer s.Close()
-		if c, err := s.Counts(t.Context()); err != nil || c.Pending != 0 {
+		if c, err := s.Counts(t.Context(), time.Now()); err != nil || c.Pending != 0 {
 			t.Fatalf("%s: %+v %v", raw, c, err)
 		}
 	}

@@ -34,7 +34,6 @@ func Example_embeddedExecutor() {
 		Store:           memory.NewScheduleStore(),
 		SweepEnabled:    func() bool { return sweepOn },
 		ArchiveInterval: 24 * time.Hour,
-		ShardCount:      func() int { return 1 },
 	}
 
 	// An ephemeral invocation: a fresh agent writes its entries, ends, and its teardown drain is lost.

@@ -3,15 +3,18 @@ package memory
 import (
 	"cmp"
 	"context"
-	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
 )
 
-// ScheduleStore is an in-process schedule.Store.
+// ScheduleStore is an in-process schedule.Store. One mutex serializes every call, so a claim sees and
+// leases in one step: one consumer per agent holds by construction.
 type ScheduleStore struct {
 	mu     sync.Mutex
 	rows   map[int64]*schedule.Row
@@ -24,10 +27,14 @@ func NewScheduleStore() *ScheduleStore { return &ScheduleStore{rows: map[int64]*
 
 var _ schedule.Store = (*ScheduleStore)(nil)
 
-var errScheduleClosed = errors.New("memory schedule store is closed")
+var errScheduleClosed = fmt.Errorf("memory schedule store: %w", is.ErrClosed)
 
 // ms keeps times at the millisecond precision every store shares.
 func ms(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()) }
+
+func compareRows(a, b *schedule.Row) int {
+	return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.ID, b.ID))
+}
 
 func (s *ScheduleStore) Register(_ context.Context, r schedule.NewRow) (int64, error) {
 	if err := schedule.ValidateNewRow(r); err != nil {
@@ -38,36 +45,71 @@ func (s *ScheduleStore) Register(_ context.Context, r schedule.NewRow) (int64, e
 	if s.closed {
 		return 0, errScheduleClosed
 	}
-	s.nextID++
 	due := ms(r.DueAt)
-	s.rows[s.nextID] = &schedule.Row{ID: s.nextID, DueAt: due, AvailableAt: due, Shard: r.Shard, Action: r.Action}
+	var pending *schedule.Row
+	for _, old := range s.rows {
+		if old.Action == r.Action && old.LeaseOwner == "" && !old.Failed && (pending == nil || old.ID < pending.ID) {
+			pending = old
+		}
+	}
+	if pending != nil {
+		if schedule.Replaces(pending.DueAt, pending.AvailableAt, due) {
+			pending.DueAt, pending.AvailableAt, pending.Attempts = due, due, 0
+		}
+		return pending.ID, nil
+	}
+	s.nextID++
+	s.rows[s.nextID] = &schedule.Row{ID: s.nextID, DueAt: due, AvailableAt: due, Bucket: r.Action.Agent.Bucket(), Action: r.Action}
 	return s.nextID, nil
 }
 
-func (s *ScheduleStore) Claim(_ context.Context, owner string, shards []int, now time.Time, lease time.Duration, limit int) ([]schedule.Row, error) {
-	if err := schedule.ValidateClaim(owner); err != nil {
+func (s *ScheduleStore) Claim(_ context.Context, owner string, buckets []oplog.BucketRange, now time.Time, lease time.Duration, limit int) ([]schedule.Row, error) {
+	if err := schedule.ValidateClaim(owner, buckets, lease); err != nil {
 		return nil, err
 	}
-	limit = max(limit, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errScheduleClosed
 	}
 	now = ms(now)
-	var ready []*schedule.Row
+	// busy: agents one of whose rows is leased on a running lease. pick: each other agent's row to
+	// claim, its expired-leased row if it has one (never two leased rows of an agent), else its oldest.
+	busy := map[string]bool{}
 	for _, r := range s.rows {
-		if !r.Failed && slices.Contains(shards, r.Shard) && !r.DueAt.After(now) && !r.AvailableAt.After(now) &&
-			(r.LeaseOwner == "" || r.LeaseUntil.Before(now)) {
-			ready = append(ready, r)
+		if r.LeaseOwner != "" && !r.LeaseUntil.Before(now) {
+			busy[r.Action.Subject()] = true
 		}
 	}
-	slices.SortFunc(ready, func(a, b *schedule.Row) int { return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.ID, b.ID)) })
+	pick := map[string]*schedule.Row{}
+	for _, r := range s.rows {
+		subject := r.Action.Subject()
+		if r.Failed || busy[subject] || !schedule.InBuckets(r.Bucket, buckets) || r.DueAt.After(now) || r.AvailableAt.After(now) {
+			continue
+		}
+		p := pick[subject]
+		switch {
+		case p == nil, p.LeaseOwner == "" && r.LeaseOwner != "":
+			pick[subject] = r
+		case (p.LeaseOwner == "") == (r.LeaseOwner == "") && compareRows(r, p) < 0:
+			pick[subject] = r
+		}
+	}
+	ready := slices.SortedFunc(func(yield func(*schedule.Row) bool) {
+		for _, r := range pick {
+			if !yield(r) {
+				return
+			}
+		}
+	}, compareRows)
 	var claimed []schedule.Row
-	for _, r := range ready[:min(limit, len(ready))] {
+	for _, r := range ready[:min(max(limit, 0), len(ready))] {
+		takenOver := r.LeaseOwner != ""
 		r.LeaseOwner, r.LeaseUntil = owner, ms(now.Add(lease))
 		r.Attempts++
-		claimed = append(claimed, *r)
+		c := *r
+		c.TakenOver = takenOver
+		claimed = append(claimed, c)
 	}
 	return claimed, nil
 }
@@ -79,7 +121,7 @@ func (s *ScheduleStore) held(id int64, owner string) (*schedule.Row, error) {
 	}
 	r, ok := s.rows[id]
 	if !ok || r.LeaseOwner != owner || r.Failed {
-		return nil, schedule.ErrLeaseLost
+		return nil, fmt.Errorf("memory schedule: row %d: %w", id, schedule.ErrLeaseLost)
 	}
 	return r, nil
 }
@@ -125,27 +167,35 @@ func (s *ScheduleStore) Rows(context.Context) ([]schedule.Row, error) {
 	for _, r := range s.rows {
 		out = append(out, *r)
 	}
-	slices.SortFunc(out, func(a, b schedule.Row) int { return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(out, func(a, b schedule.Row) int { return compareRows(&a, &b) })
 	return out, nil
 }
 
-func (s *ScheduleStore) Counts(context.Context) (schedule.Counts, error) {
+func (s *ScheduleStore) Counts(_ context.Context, now time.Time) (schedule.Counts, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return schedule.Counts{}, errScheduleClosed
 	}
+	now = ms(now)
 	var c schedule.Counts
 	for _, r := range s.rows {
-		if r.Failed {
+		switch {
+		case r.Failed:
 			c.Failed++
-		} else {
-			c.Pending++
+			continue
+		case !r.DueAt.After(now) && !r.AvailableAt.After(now) && (r.LeaseOwner == "" || r.LeaseUntil.Before(now)):
+			c.Due++
+			if c.OldestDue.IsZero() || r.DueAt.Before(c.OldestDue) {
+				c.OldestDue = r.DueAt
+			}
 		}
+		c.Pending++
 	}
 	return c, nil
 }
 
+// Close ends the store; later calls return an error matching indexedstorage.ErrClosed.
 func (s *ScheduleStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

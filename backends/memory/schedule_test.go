@@ -9,5 +9,5 @@ import (
 )
 
 func TestScheduleStoreConformance(t *testing.T) {
-	scheduletest.Run(t, func(testing.TB) schedule.Store { return memory.NewScheduleStore() })
+	scheduletest.Run(t, scheduletest.Harness{New: func(testing.TB) schedule.Store { return memory.NewScheduleStore() }})
 }

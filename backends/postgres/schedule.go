@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
 )
 
@@ -20,11 +20,26 @@ import (
 const scheduleTable = "scheduled_actions"
 
 // scheduleColumns is the order every query that reads whole rows returns them in; see scanScheduleRow.
-const scheduleColumns = `schedule_id, due_at_ms, available_at_ms, shard_id, action, lease_owner, lease_until_ms, attempt_count, failed`
+const scheduleColumns = `schedule_id, due_at_ms, available_at_ms, bucket, action, lease_owner, lease_until_ms, attempt_count, failed`
+
+// subjectLockPrefix begins the key of the advisory lock a Register or a Claim takes on an agent: the
+// prefix, the schema, ':' and the agent's key, hashed (hashtextextended). Keying by schema keeps two
+// tables apart; two agents whose keys collide only serialize their claims.
+const subjectLockPrefix = "strata.scheduled_actions:"
 
 // ScheduleStore is the PostgreSQL schedule.Store: table scheduled_actions, created by its own embedded
 // migration (recorded in scheduled_actions_migrations, apart from the index storage's) in the same
 // schema rules as Store. It is safe for concurrent use, also by several processes on one table.
+//
+// One consumer per subject. Under READ COMMITTED, FOR UPDATE SKIP LOCKED alone would let two claimers
+// lease two different rows of one agent, each deciding from a snapshot that shows neither lease. So
+// every Claim and Register serializes per agent on a transaction-scoped advisory lock (subjectLockKey):
+// a claim first try-locks the agents of its candidate rows, skipping any another claimer holds, then,
+// in a new statement whose snapshot sees every lease committed before it took the locks, leases one row
+// per locked agent that has no lease running, its expired-leased row first. Register takes the same
+// lock (waiting for it) to look up the pending row it may replace, so two registrations of one action
+// leave one row. The partial unique index scheduled_actions_one_lease backs the claim: a second leased
+// row of an agent cannot be stored at all.
 //
 // Errors carry the indexedstorage sentinels (ErrTransient, ErrInvalidArgument, ErrClosed), plus
 // schedule.ErrLeaseLost. A row whose action column does not decode is an error naming its schedule_id,
@@ -36,7 +51,9 @@ type ScheduleStore struct {
 	table    string
 	closed   atomic.Bool
 
-	sqlRegister, sqlClaim, sqlExtend, sqlAck, sqlRelease, sqlRows, sqlCounts string
+	lockPrefix string // subjectLockPrefix + schema + ":"
+
+	sqlLock, sqlRegister, sqlClaimLock, sqlClaim, sqlExtend, sqlAck, sqlRelease, sqlRows, sqlCounts string
 }
 
 var _ schedule.Store = (*ScheduleStore)(nil)
@@ -103,37 +120,81 @@ func newScheduleStore(ctx context.Context, pool *pgxpool.Pool, schema string, ow
 	if err := migrateTrack(ctx, pool, schema, scheduleTrack); err != nil {
 		return nil, fmt.Errorf("postgres schedule: migrate schema %q: %w", schema, classify(err))
 	}
-	s := &ScheduleStore{pool: pool, ownsPool: ownsPool, schema: schema, table: pgx.Identifier{schema, scheduleTable}.Sanitize()}
+	s := &ScheduleStore{pool: pool, ownsPool: ownsPool, schema: schema, table: pgx.Identifier{schema, scheduleTable}.Sanitize(),
+		lockPrefix: subjectLockPrefix + schema + ":"}
 	s.prepareSQL()
 	return s, nil
 }
 
 func (s *ScheduleStore) prepareSQL() {
 	t := s.table
-	s.sqlRegister = `INSERT INTO ` + t + ` (due_at_ms, available_at_ms, shard_id, action) VALUES ($1, $1, $2, $3) RETURNING schedule_id`
-	// The candidates are picked in a MATERIALIZED CTE rather than an IN (subquery): a subquery may be
-	// evaluated more than once by the plan of the UPDATE, and each evaluation locks further rows, so
-	// LIMIT would not bound the claim. Under READ COMMITTED a candidate another claimer updated since the
-	// snapshot is rechecked against its new version when locked, so a row just leased elsewhere drops out
-	// instead of being taken twice; one still being claimed is skipped.
-	s.sqlClaim = `WITH picked AS MATERIALIZED (
-		SELECT schedule_id FROM ` + t + `
-		WHERE shard_id = ANY($2::integer[]) AND NOT failed AND due_at_ms <= $3 AND available_at_ms <= $3
-			AND (lease_owner IS NULL OR lease_until_ms < $3)
-		ORDER BY due_at_ms, schedule_id
-		LIMIT $5
-		FOR UPDATE SKIP LOCKED
+	s.sqlLock = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`
+	// Run under the subject's lock: the pending, unleased row of the same action, replaced by the
+	// registration if that runs later (schedule.Replaces), or else a new row.
+	s.sqlRegister = `WITH existing AS (
+		SELECT schedule_id, due_at_ms, available_at_ms FROM ` + t + `
+		WHERE subject = $1 AND action = $2 AND lease_owner IS NULL AND NOT failed
+		ORDER BY schedule_id LIMIT 1
+	), replaced AS (
+		UPDATE ` + t + ` AS r SET due_at_ms = $3, available_at_ms = $3, attempt_count = 0
+		FROM existing e WHERE r.schedule_id = e.schedule_id AND GREATEST(e.due_at_ms, e.available_at_ms) < $3
+	), inserted AS (
+		INSERT INTO ` + t + ` (due_at_ms, available_at_ms, bucket, subject, action)
+		SELECT $3, $3, $4, $1, $2 WHERE NOT EXISTS (SELECT 1 FROM existing)
+		RETURNING schedule_id
 	)
-	UPDATE ` + t + ` SET lease_owner = $1, lease_until_ms = $4, attempt_count = attempt_count + 1
-	WHERE schedule_id IN (SELECT schedule_id FROM picked)
-	RETURNING ` + scheduleColumns
+	SELECT schedule_id FROM existing UNION ALL SELECT schedule_id FROM inserted`
+	// eligible is what a claim may lease at $1: due, available, not failed, its own lease (if any)
+	// expired, its bucket in one of the ranges ($2 lows, $3 highs), and no lease running on another row
+	// of its subject.
+	eligible := `NOT t.failed AND t.due_at_ms <= $1 AND t.available_at_ms <= $1
+		AND (t.lease_owner IS NULL OR t.lease_until_ms < $1)
+		AND EXISTS (SELECT 1 FROM unnest($2::integer[], $3::integer[]) AS b(lo, hi) WHERE t.bucket >= b.lo AND t.bucket < b.hi)
+		AND NOT EXISTS (SELECT 1 FROM ` + t + ` AS l
+			WHERE l.subject = t.subject AND l.lease_owner IS NOT NULL AND l.lease_until_ms >= $1)`
+	// The first statement of a claim: the subjects of the oldest eligible rows, one row per subject,
+	// each try-locked in that order until $5 are held; a subject another claimer holds is skipped.
+	// The candidates are MATERIALIZED so that the lock function runs only over them, in order, and
+	// stops at the limit.
+	s.sqlClaimLock = `WITH candidates AS MATERIALIZED (
+		SELECT subject, due_at_ms, schedule_id,
+			row_number() OVER (PARTITION BY subject ORDER BY lease_owner IS NULL, due_at_ms, schedule_id) AS nth
+		FROM ` + t + ` AS t WHERE ` + eligible + `
+	), ordered AS MATERIALIZED (
+		SELECT subject FROM candidates WHERE nth = 1 ORDER BY due_at_ms, schedule_id
+	)
+	SELECT subject FROM ordered
+	WHERE pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($4 || subject, 0))
+	LIMIT $5`
+	// The second: under the subjects' locks ($4), and in a snapshot that sees every lease committed
+	// before they were taken, each subject's row to lease (its expired-leased row if it has one, since
+	// a subject never holds two leases, else its oldest due), leased. A row changed since the snapshot
+	// by its old holder (an Extend, Ack or Release) is rechecked against its new version when the UPDATE
+	// reaches it, and dropped if no longer eligible. taken_over is read before the update.
+	s.sqlClaim = `WITH picked AS MATERIALIZED (
+		SELECT DISTINCT ON (t.subject) t.schedule_id, t.lease_owner IS NOT NULL AS taken_over
+		FROM ` + t + ` AS t WHERE t.subject = ANY($4::text[]) AND ` + eligible + `
+		ORDER BY t.subject, t.lease_owner IS NULL, t.due_at_ms, t.schedule_id
+	)
+	UPDATE ` + t + ` AS t SET lease_owner = $5, lease_until_ms = $6, attempt_count = t.attempt_count + 1
+	FROM picked p
+	WHERE t.schedule_id = p.schedule_id AND NOT t.failed AND t.due_at_ms <= $1 AND t.available_at_ms <= $1
+		AND (t.lease_owner IS NULL OR t.lease_until_ms < $1)
+	RETURNING t.schedule_id, t.due_at_ms, t.available_at_ms, t.bucket, t.action, t.lease_owner, t.lease_until_ms,
+		t.attempt_count, t.failed, p.taken_over`
 	held := ` WHERE schedule_id = $1 AND lease_owner = $2 AND NOT failed`
 	s.sqlExtend = `UPDATE ` + t + ` SET lease_until_ms = $3` + held
 	s.sqlAck = `DELETE FROM ` + t + held
 	s.sqlRelease = `UPDATE ` + t + ` SET lease_owner = NULL, lease_until_ms = NULL, available_at_ms = $3, failed = $4` + held
-	s.sqlRows = `SELECT ` + scheduleColumns + ` FROM ` + t + ` ORDER BY due_at_ms, schedule_id`
-	s.sqlCounts = `SELECT count(*) FILTER (WHERE NOT failed), count(*) FILTER (WHERE failed) FROM ` + t
+	s.sqlRows = `SELECT ` + scheduleColumns + `, false FROM ` + t + ` ORDER BY due_at_ms, schedule_id`
+	s.sqlCounts = `SELECT count(*) FILTER (WHERE NOT failed), count(*) FILTER (WHERE failed),
+		count(*) FILTER (WHERE due), min(due_at_ms) FILTER (WHERE due)
+	FROM (SELECT failed, due_at_ms, NOT failed AND due_at_ms <= $1 AND available_at_ms <= $1
+		AND (lease_owner IS NULL OR lease_until_ms < $1) AS due FROM ` + t + `) AS r`
 }
+
+// subjectLockKey is the string whose hash keys the advisory lock on subject in this store's table.
+func (s *ScheduleStore) subjectLockKey(subject string) string { return s.lockPrefix + subject }
 
 // Pool returns the store's connection pool.
 func (s *ScheduleStore) Pool() *pgxpool.Pool { return s.pool }
@@ -176,52 +237,79 @@ func (s *ScheduleStore) fail(op string, err error) error {
 }
 
 // Register refuses, as ErrInvalidArgument, an action that would not decode again (an invalid agent or
-// mode) and a shard outside the column's 32 bits: a stored row that cannot be read back would fail
-// every claim that reaches it.
+// mode): a stored row that cannot be read back would fail every claim that reaches it. It takes the
+// agent's advisory lock, then replaces or inserts in one statement, in one transaction.
 func (s *ScheduleStore) Register(ctx context.Context, row schedule.NewRow) (int64, error) {
 	action, invalid := encodeAction(row.Action)
-	if invalid == nil {
-		invalid = checkShard(row.Shard)
-	}
 	if err := s.start("register", invalid); err != nil {
 		return 0, err
 	}
+	subject := row.Action.Subject()
 	var id int64
-	if err := s.pool.QueryRow(ctx, s.sqlRegister, row.DueAt.UnixMilli(), int32(row.Shard), action).Scan(&id); err != nil {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(s.sqlLock, s.subjectLockKey(subject))
+	b.Queue(s.sqlRegister, subject, action, row.DueAt.UnixMilli(), int32(row.Action.Agent.Bucket()))
+	br := s.pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	defer tx.Rollback(ctx) // a no-op once committed
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&id)
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
 		return 0, s.fail("register", err)
 	}
 	return id, nil
 }
 
-// Claim runs its one UPDATE in a transaction that it commits only once every returned row has
+// Claim runs in one transaction: the statement that try-locks the candidates' subjects, then the
+// UPDATE that leases one row of each (see ScheduleStore), committed only once every returned row has
 // decoded: a row with a garbled action makes the claim an error that changes nothing (no lease taken,
-// no attempt counted), rather than leasing rows nobody will run.
-func (s *ScheduleStore) Claim(ctx context.Context, owner string, shards []int, now time.Time, lease time.Duration, limit int) ([]schedule.Row, error) {
-	shardIDs, invalid := claimArgs(owner, shards, lease, limit)
-	if err := s.start("claim", invalid); err != nil {
+// no attempt counted), rather than leasing rows nobody will run. The subject locks end with it.
+func (s *ScheduleStore) Claim(ctx context.Context, owner string, buckets []oplog.BucketRange, now time.Time, lease time.Duration, limit int) ([]schedule.Row, error) {
+	if err := s.start("claim", schedule.ValidateClaim(owner, buckets, lease)); err != nil {
 		return nil, err
 	}
-	if len(shardIDs) == 0 || limit < 1 { // the contract: nothing to claim
+	if len(buckets) == 0 || limit < 1 { // the contract: nothing to claim
 		return nil, nil
+	}
+	los, his := make([]int32, len(buckets)), make([]int32, len(buckets))
+	for i, r := range buckets {
+		los[i], his[i] = int32(r.Lo), int32(r.Hi)
 	}
 	nowMs := now.UnixMilli()
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
-	b.Queue(s.sqlClaim, owner, shardIDs, nowMs, nowMs+lease.Milliseconds(), limit)
+	b.Queue(s.sqlClaimLock, nowMs, los, his, s.lockPrefix, limit)
 	br := s.pool.SendBatch(ctx, &b)
 	tx := br.Tx()
 	// A no-op after Commit. When ctx is already done the rollback fails and pgx closes the connection
 	// rather than return it to the pool inside a transaction.
 	defer tx.Rollback(ctx)
 
-	var stored []storedRow
+	var subjects []string
 	_, err := br.Exec()
 	if err == nil {
 		rows, _ := br.Query()
-		stored, err = pgx.CollectRows(rows, scanStoredRow)
+		subjects, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
+	}
+	var stored []storedRow
+	if err == nil && len(subjects) > 0 {
+		rows, _ := tx.Query(ctx, s.sqlClaim, nowMs, los, his, subjects, owner, nowMs+lease.Milliseconds())
+		stored, err = pgx.CollectRows(rows, scanStoredRow)
 	}
 	if err != nil {
 		return nil, s.fail("claim", err)
@@ -283,32 +371,39 @@ func (s *ScheduleStore) Rows(ctx context.Context) ([]schedule.Row, error) {
 	return out, nil
 }
 
-func (s *ScheduleStore) Counts(ctx context.Context) (schedule.Counts, error) {
+func (s *ScheduleStore) Counts(ctx context.Context, now time.Time) (schedule.Counts, error) {
 	if err := s.start("counts", nil); err != nil {
 		return schedule.Counts{}, err
 	}
-	var pending, failed int64
-	if err := s.pool.QueryRow(ctx, s.sqlCounts).Scan(&pending, &failed); err != nil {
+	var (
+		pending, failed, due int64
+		oldest               *int64
+	)
+	if err := s.pool.QueryRow(ctx, s.sqlCounts, now.UnixMilli()).Scan(&pending, &failed, &due, &oldest); err != nil {
 		return schedule.Counts{}, s.fail("counts", err)
 	}
-	return schedule.Counts{Pending: int(pending), Failed: int(failed)}, nil
+	c := schedule.Counts{Pending: int(pending), Failed: int(failed), Due: int(due)}
+	if oldest != nil {
+		c.OldestDue = time.UnixMilli(*oldest)
+	}
+	return c, nil
 }
 
 // storedRow is a row as the table holds it, before its action is decoded: decoding apart from scanning
 // keeps a garbled action out of classify, which is for the database's errors.
 type storedRow struct {
 	id, dueAt, availableAt int64
-	shard, attempts        int32
+	bucket, attempts       int32
 	action                 string
 	leaseOwner             *string
 	leaseUntil             *int64
-	failed                 bool
+	failed, takenOver      bool
 }
 
-// scanStoredRow reads the columns of scheduleColumns.
+// scanStoredRow reads the columns of scheduleColumns, then whether the claim took the row over.
 func scanStoredRow(row pgx.CollectableRow) (storedRow, error) {
 	var r storedRow
-	err := row.Scan(&r.id, &r.dueAt, &r.availableAt, &r.shard, &r.action, &r.leaseOwner, &r.leaseUntil, &r.attempts, &r.failed)
+	err := row.Scan(&r.id, &r.dueAt, &r.availableAt, &r.bucket, &r.action, &r.leaseOwner, &r.leaseUntil, &r.attempts, &r.failed, &r.takenOver)
 	return r, err
 }
 
@@ -325,10 +420,11 @@ func decodeRows(stored []storedRow) ([]schedule.Row, error) {
 			ID:          r.id,
 			DueAt:       time.UnixMilli(r.dueAt),
 			AvailableAt: time.UnixMilli(r.availableAt),
-			Shard:       int(r.shard),
+			Bucket:      int(r.bucket),
 			Action:      action,
 			Attempts:    int(r.attempts),
 			Failed:      r.failed,
+			TakenOver:   r.takenOver,
 		}
 		if r.leaseOwner != nil {
 			row.LeaseOwner = *r.leaseOwner
@@ -356,31 +452,4 @@ func encodeAction(a schedule.ArchiveOplog) (string, error) {
 		return "", fmt.Errorf("%w: %w", is.ErrInvalidArgument, err)
 	}
 	return string(data), nil
-}
-
-// checkShard refuses a shard the integer column cannot hold, rather than let pgx fail to encode it.
-func checkShard(shard int) error {
-	if shard < math.MinInt32 || shard > math.MaxInt32 {
-		return fmt.Errorf("%w: shard %d does not fit in 32 bits", is.ErrInvalidArgument, shard)
-	}
-	return nil
-}
-
-// claimArgs checks Claim's arguments and returns the shards as the column's type. An empty owner is
-// refused because a row leased to it would read back as leased to nobody.
-func claimArgs(owner string, shards []int, lease time.Duration, limit int) ([]int32, error) {
-	switch {
-	case owner == "":
-		return nil, fmt.Errorf("%w: empty lease owner", is.ErrInvalidArgument)
-	case lease <= 0:
-		return nil, fmt.Errorf("%w: lease %v, want > 0", is.ErrInvalidArgument, lease)
-	}
-	ids := make([]int32, len(shards))
-	for i, shard := range shards {
-		if err := checkShard(shard); err != nil {
-			return nil, err
-		}
-		ids[i] = int32(shard)
-	}
-	return ids, nil
 }

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -22,8 +21,14 @@ import (
 )
 
 func TestScheduleStoreConformance(t *testing.T) {
-	scheduletest.Run(t, func(tb testing.TB) schedule.Store {
-		return newScheduleStore(tb, testenv.PostgresSchema(tb, testenv.PostgresURL(tb)))
+	scheduletest.Run(t, scheduletest.Harness{
+		New: func(tb testing.TB) schedule.Store {
+			return newScheduleStore(tb, testenv.PostgresSchema(tb, testenv.PostgresURL(tb)))
+		},
+		// A store with a pool of its own on the same schema stands for another process.
+		Reopen: func(tb testing.TB, s schedule.Store) schedule.Store {
+			return newScheduleStore(tb, s.(*postgres.ScheduleStore).Schema())
+		},
 	})
 }
 
@@ -55,10 +60,10 @@ func archiveAction(name string) schedule.ArchiveOplog {
 func TestScheduleClaim_TwoPoolsNeverTakeTheSameRow(t *testing.T) {
 	schema := testenv.PostgresSchema(t, testenv.PostgresURL(t))
 	stores := []*postgres.ScheduleStore{newScheduleStore(t, schema), newScheduleStore(t, schema)}
-	const rows, shards, perStore, limit = 400, 4, 4, 3
+	const rows, perStore, limit = 400, 4, 3
 	for i := range rows {
 		// Few distinct due times, so that many claimers contend for the same oldest rows.
-		row := schedule.NewRow{DueAt: scheduleT0.Add(-time.Duration(i%5) * time.Second), Shard: i % shards, Action: archiveAction(fmt.Sprint(i))}
+		row := schedule.NewRow{DueAt: scheduleT0.Add(-time.Duration(i%5) * time.Second), Action: archiveAction(fmt.Sprint(i))}
 		if _, err := stores[i%2].Register(t.Context(), row); err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +75,7 @@ func TestScheduleClaim_TwoPoolsNeverTakeTheSameRow(t *testing.T) {
 			claimers = append(claimers, scheduletest.Claimer{Owner: fmt.Sprintf("store%d-claimer%d", si, g), Store: st})
 		}
 	}
-	owners, dups := scheduletest.ClaimConcurrently(t, claimers, []int{0, 1, 2, 3}, scheduleT0, time.Minute, limit)
+	owners, dups := scheduletest.ClaimConcurrently(t, claimers, scheduletest.All, scheduleT0, time.Minute, limit)
 	if len(dups) > 0 {
 		t.Fatalf("%d rows claimed twice: %s", len(dups), strings.Join(dups[:min(len(dups), 5)], "; "))
 	}
@@ -93,7 +98,7 @@ func TestScheduleClaim_TwoPoolsNeverTakeTheSameRow(t *testing.T) {
 func TestScheduleMigration_RunsTwiceBesideTheIndexStorage(t *testing.T) {
 	schema := testenv.PostgresSchema(t, testenv.PostgresURL(t))
 	first := newScheduleStore(t, schema)
-	id, err := first.Register(t.Context(), schedule.NewRow{DueAt: scheduleT0, Shard: 1, Action: archiveAction("kept")})
+	id, err := first.Register(t.Context(), schedule.NewRow{DueAt: scheduleT0, Action: archiveAction("kept")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +160,8 @@ func TestScheduleMigration_ConcurrentWithIndexStorageOnAMissingSchema(t *testing
 	requireMigrations(t, st.Pool(), schema)
 }
 
-// requireMigrations checks both tracks' records hold version 1 once, and that the claim index exists.
+// requireMigrations checks both tracks' records hold each version from 1 once, the schedule's up to
+// 2, and that the schedule's indexes exist.
 func requireMigrations(t *testing.T, pool *pgxpool.Pool, schema string) {
 	t.Helper()
 	for _, record := range []string{"index_storage_migrations", "scheduled_actions_migrations"} {
@@ -164,15 +170,22 @@ func requireMigrations(t *testing.T, pool *pgxpool.Pool, schema string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(versions, []int32{1}) {
-			t.Fatalf("%s: versions %v, want [1]", record, versions)
+		for i, v := range versions {
+			if v != int32(i+1) {
+				t.Fatalf("%s: versions %v, want 1, 2, … each once", record, versions)
+			}
+		}
+		if record == "scheduled_actions_migrations" && !slices.Equal(versions, []int32{1, 2}) {
+			t.Fatalf("%s: versions %v, want [1 2]", record, versions)
 		}
 	}
-	var indexed bool
-	err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_indexes
-		WHERE schemaname = $1 AND tablename = 'scheduled_actions' AND indexname = 'scheduled_actions_claim')`, schema).Scan(&indexed)
-	if err != nil || !indexed {
-		t.Fatalf("claim index present: %v, %v", indexed, err)
+	for _, index := range []string{"scheduled_actions_claim", "scheduled_actions_subject", "scheduled_actions_one_lease"} {
+		var indexed bool
+		err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_indexes
+			WHERE schemaname = $1 AND tablename = 'scheduled_actions' AND indexname = $2)`, schema, index).Scan(&indexed)
+		if err != nil || !indexed {
+			t.Fatalf("index %s present: %v, %v", index, indexed, err)
+		}
 	}
 }
 
@@ -184,18 +197,18 @@ func TestScheduleClaim_GarbledActionIsAnErrorThatChangesNothing(t *testing.T) {
 		t.Run(garbled, func(t *testing.T) {
 			st := newScheduleStore(t, testenv.PostgresSchema(t, testenv.PostgresURL(t)))
 			ctx := t.Context()
-			good, err := st.Register(ctx, schedule.NewRow{DueAt: scheduleT0.Add(-time.Minute), Shard: 0, Action: archiveAction("good")})
+			good, err := st.Register(ctx, schedule.NewRow{DueAt: scheduleT0.Add(-time.Minute), Action: archiveAction("good")})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var bad int64
-			err = st.Pool().QueryRow(ctx, `INSERT INTO `+st.Table()+` (due_at_ms, available_at_ms, shard_id, action)
-				VALUES ($1, $1, 0, $2) RETURNING schedule_id`, scheduleT0.UnixMilli(), garbled).Scan(&bad)
+			err = st.Pool().QueryRow(ctx, `INSERT INTO `+st.Table()+` (due_at_ms, available_at_ms, bucket, subject, action)
+				VALUES ($1, $1, $2, 'garbled', $3) RETURNING schedule_id`, scheduleT0.UnixMilli(), archiveAction("good").Agent.Bucket(), garbled).Scan(&bad)
 			if err != nil {
 				t.Fatal(err)
 			}
 
-			claimed, err := st.Claim(ctx, "a", []int{0}, scheduleT0, time.Minute, 10)
+			claimed, err := st.Claim(ctx, "a", scheduletest.All, scheduleT0, time.Minute, 10)
 			requireNamesRow(t, "Claim", err, bad)
 			if claimed != nil {
 				t.Fatalf("Claim returned rows %+v with its error", claimed)
@@ -211,7 +224,7 @@ func TestScheduleClaim_GarbledActionIsAnErrorThatChangesNothing(t *testing.T) {
 			if _, err := st.Pool().Exec(ctx, `DELETE FROM `+st.Table()+` WHERE schedule_id = $1`, bad); err != nil {
 				t.Fatal(err)
 			}
-			claimed, err = st.Claim(ctx, "a", []int{0}, scheduleT0, time.Minute, 10)
+			claimed, err = st.Claim(ctx, "a", scheduletest.All, scheduleT0, time.Minute, 10)
 			if err != nil || len(claimed) != 1 || claimed[0].ID != good {
 				t.Fatalf("claim once the garbled row is gone: %+v, %v", claimed, err)
 			}
@@ -229,75 +242,6 @@ func requireNamesRow(t *testing.T, op string, err error, id int64) {
 	}
 }
 
-// Rows the store could not read back are refused at the door rather than stored.
-func TestScheduleStore_RejectsBadArguments(t *testing.T) {
-	st := newScheduleStore(t, testenv.PostgresSchema(t, testenv.PostgresURL(t)))
-	ctx := t.Context()
-	badAgent := schedule.ArchiveOplog{Agent: oplog.AgentID{Component: "", Name: "n"}, Mode: oplog.Durable}
-	badMode := schedule.ArchiveOplog{Agent: oplog.AgentID{Component: "c", Name: "n"}, Mode: "sometimes"}
-	for name, row := range map[string]schedule.NewRow{
-		"invalid agent":      {DueAt: scheduleT0, Action: badAgent},
-		"invalid mode":       {DueAt: scheduleT0, Action: badMode},
-		"shard over 32 bits": {DueAt: scheduleT0, Shard: math.MaxInt32 + 1, Action: archiveAction("x")},
-	} {
-		if _, err := st.Register(ctx, row); !errors.Is(err, is.ErrInvalidArgument) {
-			t.Errorf("Register with %s: %v, want ErrInvalidArgument", name, err)
-		}
-	}
-	for name, claim := range map[string]func() error{
-		"empty owner": func() error { _, err := st.Claim(ctx, "", []int{0}, scheduleT0, time.Minute, 1); return err },
-		"zero lease":  func() error { _, err := st.Claim(ctx, "a", []int{0}, scheduleT0, 0, 1); return err },
-		"shard overflow": func() error {
-			_, err := st.Claim(ctx, "a", []int{math.MinInt32 - 1}, scheduleT0, time.Minute, 1)
-			return err
-		},
-	} {
-		if err := claim(); !errors.Is(err, is.ErrInvalidArgument) {
-			t.Errorf("Claim with %s: %v, want ErrInvalidArgument", name, err)
-		}
-	}
-	if rows, err := st.Rows(ctx); err != nil || len(rows) != 0 {
-		t.Fatalf("rows after refused calls: %+v, %v", rows, err)
-	}
-}
-
-func TestScheduleStore_ClosedStoreReturnsErrClosed(t *testing.T) {
-	st := newScheduleStore(t, testenv.PostgresSchema(t, testenv.PostgresURL(t)))
-	ctx := t.Context()
-	id, err := st.Register(ctx, schedule.NewRow{DueAt: scheduleT0, Action: archiveAction("x")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	requireClosed(t, st, id)
-}
-
-func requireClosed(t *testing.T, st *postgres.ScheduleStore, id int64) {
-	t.Helper()
-	ctx := t.Context()
-	for name, call := range map[string]func() error{
-		"Register": func() error {
-			_, err := st.Register(ctx, schedule.NewRow{DueAt: scheduleT0, Action: archiveAction("y")})
-			return err
-		},
-		"Claim":   func() error { _, err := st.Claim(ctx, "a", []int{0}, scheduleT0, time.Minute, 1); return err },
-		"Extend":  func() error { return st.Extend(ctx, id, "a", scheduleT0) },
-		"Ack":     func() error { return st.Ack(ctx, id, "a") },
-		"Release": func() error { return st.Release(ctx, id, "a", scheduleT0, false) },
-		"Rows":    func() error { _, err := st.Rows(ctx); return err },
-		"Counts":  func() error { _, err := st.Counts(ctx); return err },
-	} {
-		if err := call(); !errors.Is(err, is.ErrClosed) {
-			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
-		}
-	}
-}
-
 // A store on a pool it was handed leaves the pool to its owner: closing the store must not break the
 // index storage sharing the pool.
 func TestScheduleStore_OnASharedPoolLeavesThePoolOpen(t *testing.T) {
@@ -312,7 +256,7 @@ func TestScheduleStore_OnASharedPoolLeavesThePoolOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	requireClosed(t, st, id)
+	scheduletest.RequireClosed(t, st, id)
 	if err := index.Append(t.Context(), testNS, "k", 1, nil); err != nil {
 		t.Fatalf("index storage on the pool after the schedule store closed: %v", err)
 	}

@@ -12,13 +12,17 @@ import (
 	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
 )
 
 // ScheduleStore is schedule.Store in a SQLite file: the table scheduled_actions, beside index_storage
 // when both use one file. Every call goes through one connection whose transactions are BEGIN
 // IMMEDIATE, so a claim's select and its update hold the write lock together: two claimers, in this
-// process or another on the same file, never take the same row.
+// process or another on the same file, never take the same row, nor two rows of one agent (the claim
+// picks one row per subject and skips a subject with a running lease, under that lock). The unique
+// index scheduled_actions_one_lease backs it: a second lease on an agent's rows cannot be stored.
+// Register looks up and replaces a pending row of the same action under the same lock.
 type ScheduleStore struct {
 	path   string
 	db     *sql.DB
@@ -29,10 +33,10 @@ var _ schedule.Store = (*ScheduleStore)(nil)
 
 // scheduleMigrations[v] takes the scheduled_actions schema from version v to v+1. The version lives in
 // its own table, since user_version belongs to index_storage and the two may share a file.
-var scheduleMigrations = []string{
+var scheduleMigrations = []func(ctx context.Context, tx *sql.Tx) error{
 	// Times are Unix milliseconds; lease_owner is NULL while nobody holds the row. The index serves the
 	// claim: shard equality, then due_at_ms as range and order.
-	`CREATE TABLE scheduled_actions (
+	execMigration(`CREATE TABLE scheduled_actions (
 		schedule_id     INTEGER PRIMARY KEY AUTOINCREMENT,
 		due_at_ms       INTEGER NOT NULL,
 		available_at_ms INTEGER NOT NULL,
@@ -43,7 +47,91 @@ var scheduleMigrations = []string{
 		attempt_count   INTEGER NOT NULL DEFAULT 0,
 		failed          INTEGER NOT NULL DEFAULT 0
 	);
-	CREATE INDEX scheduled_actions_claim ON scheduled_actions (shard_id, due_at_ms, available_at_ms) WHERE failed = 0;`,
+	CREATE INDEX scheduled_actions_claim ON scheduled_actions (shard_id, due_at_ms, available_at_ms) WHERE failed = 0;`),
+	migrateScheduleBuckets,
+}
+
+func execMigration(ddl string) func(ctx context.Context, tx *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, ddl)
+		return err
+	}
+}
+
+// migrateScheduleBuckets (version 2) makes rows belong to their agent rather than to the shard count
+// they were registered under: shard_id gives way to the agent's bucket (oplog.AgentID.Bucket) and its
+// key as the subject, both backfilled by decoding each row's action here (SQLite has no FNV-1a). A
+// row whose action does not decode keeps bucket 0 and subject "" and stays the error it was for the
+// claim that reaches it. Then it enforces one consumer per subject on what is stored: of an agent's
+// leased rows only the one leased longest keeps its lease (the others' holders lose it, and the rows
+// run again), and of pending, unleased duplicates of one action only the one that would run latest
+// stays (schedule.Replaces). The unique index scheduled_actions_one_lease keeps it so: a second lease
+// on an agent's rows is a constraint error, never two consumers.
+func migrateScheduleBuckets(ctx context.Context, tx *sql.Tx) error {
+	for _, ddl := range []string{
+		fmt.Sprintf(`ALTER TABLE scheduled_actions ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0 CHECK (bucket BETWEEN 0 AND %d)`, oplog.Buckets-1),
+		`ALTER TABLE scheduled_actions ADD COLUMN subject TEXT NOT NULL DEFAULT ''`,
+	} {
+		if _, err := tx.ExecContext(ctx, ddl); err != nil {
+			return err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT schedule_id, action FROM scheduled_actions`)
+	if err != nil {
+		return err
+	}
+	type backfill struct {
+		id      int64
+		bucket  int
+		subject string
+	}
+	var fills []backfill
+	for rows.Next() {
+		var (
+			id     int64
+			action string
+		)
+		if err := rows.Scan(&id, &action); err != nil {
+			rows.Close()
+			return err
+		}
+		if a, err := schedule.UnmarshalAction([]byte(action)); err == nil {
+			fills = append(fills, backfill{id, a.Agent.Bucket(), a.Subject()})
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	for _, f := range fills {
+		if _, err := tx.ExecContext(ctx, `UPDATE scheduled_actions SET bucket = ?, subject = ? WHERE schedule_id = ?`, f.bucket, f.subject, f.id); err != nil {
+			return err
+		}
+	}
+	for _, stmt := range []string{
+		`DROP INDEX scheduled_actions_claim`,
+		`ALTER TABLE scheduled_actions DROP COLUMN shard_id`,
+		`UPDATE scheduled_actions SET lease_owner = NULL, lease_until_ms = NULL
+		WHERE lease_owner IS NOT NULL AND EXISTS (SELECT 1 FROM scheduled_actions o
+			WHERE o.subject = scheduled_actions.subject AND o.lease_owner IS NOT NULL AND o.schedule_id <> scheduled_actions.schedule_id
+			  AND (o.lease_until_ms > scheduled_actions.lease_until_ms
+			    OR (o.lease_until_ms = scheduled_actions.lease_until_ms AND o.schedule_id < scheduled_actions.schedule_id)))`,
+		`DELETE FROM scheduled_actions
+		WHERE lease_owner IS NULL AND failed = 0 AND EXISTS (SELECT 1 FROM scheduled_actions o
+			WHERE o.action = scheduled_actions.action AND o.lease_owner IS NULL AND o.failed = 0 AND o.schedule_id <> scheduled_actions.schedule_id
+			  AND (MAX(o.due_at_ms, o.available_at_ms) > MAX(scheduled_actions.due_at_ms, scheduled_actions.available_at_ms)
+			    OR (MAX(o.due_at_ms, o.available_at_ms) = MAX(scheduled_actions.due_at_ms, scheduled_actions.available_at_ms)
+			      AND o.schedule_id < scheduled_actions.schedule_id)))`,
+		// The claim: bucket ranges, then due_at_ms as range and order.
+		`CREATE INDEX scheduled_actions_claim ON scheduled_actions (bucket, due_at_ms, available_at_ms) WHERE failed = 0`,
+		// Register's lookup of a pending row of the same action, and the claim's check of a subject's lease.
+		`CREATE INDEX scheduled_actions_subject ON scheduled_actions (subject, action)`,
+		`CREATE UNIQUE INDEX scheduled_actions_one_lease ON scheduled_actions (subject) WHERE lease_owner IS NOT NULL`,
+	} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // OpenSchedule opens (creating it if needed) the scheduled_actions table in the SQLite file at path.
@@ -91,7 +179,7 @@ func migrateSchedule(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("scheduled_actions schema version %d is newer than this build supports (%d)", version, len(scheduleMigrations))
 	}
 	for v := version; v < len(scheduleMigrations); v++ {
-		if _, err := tx.ExecContext(ctx, scheduleMigrations[v]); err != nil {
+		if err := scheduleMigrations[v](ctx, tx); err != nil {
 			return fmt.Errorf("scheduled_actions migration %d: %w", v+1, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO scheduled_actions_migrations (version) VALUES (?)`, v+1); err != nil {
@@ -134,6 +222,9 @@ func (s *ScheduleStore) write(ctx context.Context, op string, fn func(tx *sql.Tx
 	return s.fail(op, tx.Commit())
 }
 
+// Path returns the absolute path of the store's file.
+func (s *ScheduleStore) Path() string { return s.path }
+
 func (s *ScheduleStore) Register(ctx context.Context, r schedule.NewRow) (int64, error) {
 	if err := schedule.ValidateNewRow(r); err != nil {
 		return 0, err
@@ -145,35 +236,61 @@ func (s *ScheduleStore) Register(ctx context.Context, r schedule.NewRow) (int64,
 	var id int64
 	err = s.write(ctx, "register", func(tx *sql.Tx) error {
 		due := r.DueAt.UnixMilli()
-		return tx.QueryRowContext(ctx, `INSERT INTO scheduled_actions (due_at_ms, available_at_ms, shard_id, action)
-			VALUES (?, ?, ?, ?) RETURNING schedule_id`, due, due, r.Shard, string(action)).Scan(&id)
+		var dueAt, availableAt int64
+		err := tx.QueryRowContext(ctx, `SELECT schedule_id, due_at_ms, available_at_ms FROM scheduled_actions
+			WHERE subject = ? AND action = ? AND lease_owner IS NULL AND failed = 0
+			ORDER BY schedule_id LIMIT 1`, r.Action.Subject(), string(action)).Scan(&id, &dueAt, &availableAt)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return tx.QueryRowContext(ctx, `INSERT INTO scheduled_actions (due_at_ms, available_at_ms, bucket, subject, action)
+				VALUES (?, ?, ?, ?, ?) RETURNING schedule_id`, due, due, r.Action.Agent.Bucket(), r.Action.Subject(), string(action)).Scan(&id)
+		case err != nil:
+			return err
+		case schedule.Replaces(time.UnixMilli(dueAt), time.UnixMilli(availableAt), r.DueAt):
+			_, err = tx.ExecContext(ctx, `UPDATE scheduled_actions SET due_at_ms = ?, available_at_ms = ?, attempt_count = 0
+				WHERE schedule_id = ?`, due, due, id)
+			return err
+		}
+		return nil
 	})
 	return id, err
 }
 
-const rowColumns = `schedule_id, due_at_ms, available_at_ms, shard_id, action, lease_owner, lease_until_ms, attempt_count, failed`
+const rowColumns = `schedule_id, due_at_ms, available_at_ms, bucket, action, lease_owner, lease_until_ms, attempt_count, failed`
 
-func (s *ScheduleStore) Claim(ctx context.Context, owner string, shards []int, now time.Time, lease time.Duration, limit int) ([]schedule.Row, error) {
-	if err := schedule.ValidateClaim(owner); err != nil {
+// Claim picks, under the write lock, each eligible subject's row (its expired-leased row if it has
+// one, else its oldest due), leaving out subjects with a running lease, and leases the oldest limit of
+// them.
+func (s *ScheduleStore) Claim(ctx context.Context, owner string, buckets []oplog.BucketRange, now time.Time, lease time.Duration, limit int) ([]schedule.Row, error) {
+	if err := schedule.ValidateClaim(owner, buckets, lease); err != nil {
 		return nil, err
 	}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
-	if limit < 1 || len(shards) == 0 {
+	if limit < 1 || len(buckets) == 0 {
 		return nil, nil
 	}
-	shardList, err := json.Marshal(shards)
+	ranges := make([][2]int, len(buckets))
+	for i, r := range buckets {
+		ranges[i] = [2]int{r.Lo, r.Hi}
+	}
+	rangeList, err := json.Marshal(ranges)
 	if err != nil {
 		return nil, err
 	}
 	nowMs, until := now.UnixMilli(), now.Add(lease).UnixMilli()
 	var claimed []schedule.Row
 	err = s.write(ctx, "claim", func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+rowColumns+` FROM scheduled_actions
-			WHERE shard_id IN (SELECT value FROM json_each(?)) AND failed = 0
-			  AND due_at_ms <= ? AND available_at_ms <= ? AND (lease_owner IS NULL OR lease_until_ms < ?)
-			ORDER BY due_at_ms, schedule_id LIMIT ?`, string(shardList), nowMs, nowMs, nowMs, limit)
+		rows, err := tx.QueryContext(ctx, `WITH eligible AS (
+				SELECT `+rowColumns+`, ROW_NUMBER() OVER (PARTITION BY subject ORDER BY lease_owner IS NULL, due_at_ms, schedule_id) AS rn
+				FROM scheduled_actions t
+				WHERE failed = 0 AND due_at_ms <= ?1 AND available_at_ms <= ?1 AND (lease_owner IS NULL OR lease_until_ms < ?1)
+				  AND EXISTS (SELECT 1 FROM json_each(?2) r WHERE t.bucket >= r.value->>0 AND t.bucket < r.value->>1)
+				  AND NOT EXISTS (SELECT 1 FROM scheduled_actions l
+					WHERE l.subject = t.subject AND l.lease_owner IS NOT NULL AND l.lease_until_ms >= ?1))
+			SELECT `+rowColumns+` FROM eligible WHERE rn = 1 ORDER BY due_at_ms, schedule_id LIMIT ?3`,
+			nowMs, string(rangeList), limit)
 		if err != nil {
 			return err
 		}
@@ -187,6 +304,7 @@ func (s *ScheduleStore) Claim(ctx context.Context, owner string, shards []int, n
 				attempt_count = attempt_count + 1 WHERE schedule_id = ?`, owner, until, r.ID); err != nil {
 				return err
 			}
+			r.TakenOver = r.LeaseOwner != ""
 			r.LeaseOwner, r.LeaseUntil = owner, time.UnixMilli(until)
 			r.Attempts++
 		}
@@ -241,13 +359,22 @@ func (s *ScheduleStore) Rows(ctx context.Context) ([]schedule.Row, error) {
 	return out, nil
 }
 
-func (s *ScheduleStore) Counts(ctx context.Context) (schedule.Counts, error) {
+func (s *ScheduleStore) Counts(ctx context.Context, now time.Time) (schedule.Counts, error) {
 	if err := s.open(); err != nil {
 		return schedule.Counts{}, err
 	}
-	var c schedule.Counts
-	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(failed = 0), 0), COALESCE(SUM(failed = 1), 0) FROM scheduled_actions`).
-		Scan(&c.Pending, &c.Failed)
+	var (
+		c      schedule.Counts
+		oldest sql.NullInt64
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(failed = 0), 0), COALESCE(SUM(failed = 1), 0),
+			COALESCE(SUM(due), 0), MIN(CASE WHEN due THEN due_at_ms END)
+		FROM (SELECT failed, due_at_ms, failed = 0 AND due_at_ms <= ?1 AND available_at_ms <= ?1
+			AND (lease_owner IS NULL OR lease_until_ms < ?1) AS due FROM scheduled_actions)`, now.UnixMilli()).
+		Scan(&c.Pending, &c.Failed, &c.Due, &oldest)
+	if oldest.Valid {
+		c.OldestDue = time.UnixMilli(oldest.Int64)
+	}
 	return c, s.fail("counts", err)
 }
 
@@ -273,7 +400,7 @@ func scanRows(rows *sql.Rows) ([]schedule.Row, error) {
 			until      sql.NullInt64
 			failed     int
 		)
-		if err := rows.Scan(&r.ID, &due, &avail, &r.Shard, &action, &owner, &until, &r.Attempts, &failed); err != nil {
+		if err := rows.Scan(&r.ID, &due, &avail, &r.Bucket, &action, &owner, &until, &r.Attempts, &failed); err != nil {
 			return nil, err
 		}
 		a, err := schedule.UnmarshalAction([]byte(action))

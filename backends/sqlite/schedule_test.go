@@ -25,8 +25,14 @@ func openSchedule(tb testing.TB, path string) *sqlite.ScheduleStore {
 }
 
 func TestScheduleStoreConformance(t *testing.T) {
-	scheduletest.Run(t, func(tb testing.TB) schedule.Store {
-		return openSchedule(tb, filepath.Join(tb.TempDir(), "schedule.db"))
+	scheduletest.Run(t, scheduletest.Harness{
+		New: func(tb testing.TB) schedule.Store {
+			return openSchedule(tb, filepath.Join(tb.TempDir(), "schedule.db"))
+		},
+		// Another store on the file stands for another process.
+		Reopen: func(tb testing.TB, s schedule.Store) schedule.Store {
+			return openSchedule(tb, s.(*sqlite.ScheduleStore).Path())
+		},
 	})
 }
 
@@ -38,7 +44,7 @@ func TestScheduleClaim_TwoStoresOnOneFileNeverTakeTheSameRow(t *testing.T) {
 	const rows = 200
 	for i := range rows {
 		act := schedule.ArchiveOplog{Agent: oplog.AgentID{Component: "c", Name: fmt.Sprint(i)}, Mode: oplog.Durable, LastIndex: 1}
-		if _, err := a.Register(t.Context(), schedule.NewRow{DueAt: t0, Shard: i % 3, Action: act}); err != nil {
+		if _, err := a.Register(t.Context(), schedule.NewRow{DueAt: t0, Action: act}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,7 +54,7 @@ func TestScheduleClaim_TwoStoresOnOneFileNeverTakeTheSameRow(t *testing.T) {
 	for w, store := range []*sqlite.ScheduleStore{a, b, a, b} {
 		wg.Go(func() {
 			for {
-				got, err := store.Claim(t.Context(), fmt.Sprint("owner-", w), []int{0, 1, 2}, t0, time.Minute, 4)
+				got, err := store.Claim(t.Context(), fmt.Sprint("owner-", w), scheduletest.All, t0, time.Minute, 4)
 				if err != nil {
 					t.Error(err)
 					return
@@ -101,7 +107,7 @@ func TestSchedule_SharesAFileWithTheIndexStorage(t *testing.T) {
 	if n, err := st2.Length(t.Context(), "ns", "k"); n != 1 || err != nil {
 		t.Fatalf("index storage after the schedule migration: %d %v", n, err)
 	}
-	if c, err := s.Counts(t.Context()); err != nil || c.Pending != 1 {
+	if c, err := s.Counts(t.Context(), time.Now()); err != nil || c.Pending != 1 {
 		t.Fatalf("schedule after reopening: %+v %v", c, err)
 	}
 }
@@ -114,10 +120,10 @@ func TestSchedule_GarbledActionIsAnErrorNotAPanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO scheduled_actions (due_at_ms, available_at_ms, shard_id, action) VALUES (0, 0, 0, '{not json')`); err != nil {
+	if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO scheduled_actions (due_at_ms, available_at_ms, bucket, subject, action) VALUES (0, 0, 0, '', '{not json')`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Claim(t.Context(), "me", []int{0}, time.Now(), time.Minute, 10)
+	_, err = s.Claim(t.Context(), "me", scheduletest.All, time.Now(), time.Minute, 10)
 	if err == nil || !strings.Contains(err.Error(), "scheduled row") {
 		t.Fatalf("claim over a garbled row: %v", err)
 	}

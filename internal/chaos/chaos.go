@@ -383,11 +383,10 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 		return RunA{}, err
 	}
 
-	reg := &schedule.Registrar{Store: sched, SweepEnabled: func() bool { return sweepOn }, ArchiveInterval: time.Second,
-		ShardCount: func() int { return 1 }}
+	reg := &schedule.Registrar{Store: sched, SweepEnabled: func() bool { return sweepOn }, ArchiveInterval: time.Second}
 	exec := newExecutor(stack, reg, b.t.think, b.t.entries, b.t.loseRate, fmt.Sprintf("a-%s-%x", onOff(sweepOn), b.rng.Uint32()))
 	handler := &countingHandler{h: &schedule.ArchiveHandler{Stack: stack, Store: sched}, done: map[int64]int{}}
-	owned := func() []int { return []int{0} }
+	owned := func() []oplog.BucketRange { return oplog.ShardsBuckets(1, []int{0}) }
 	// Rows are due a second after registration here (a day in production), so the scheduler works
 	// through them during the run.
 	scheduler, err := schedule.NewScheduler(sched, handler.run, owned,
@@ -536,7 +535,7 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 	}
 	// Rows go to a store that is not under test; with the sweep off they would be due a day later.
 	reg := &schedule.Registrar{Store: memory.NewScheduleStore(), SweepEnabled: func() bool { return mode != "off" },
-		ArchiveInterval: 24 * time.Hour, ShardCount: func() int { return 1 }}
+		ArchiveInterval: 24 * time.Hour}
 	exec := newExecutor(execStack, reg, b.t.think, b.t.entries, b.t.bLoseRate, fmt.Sprintf("b-%s-%x", mode, b.rng.Uint32()))
 
 	// A backlog of stranded oplogs, so the sweep has work when the fault starts.

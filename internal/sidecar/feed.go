@@ -72,15 +72,17 @@ func (f *feed) standDown() (reason, detail string) {
 // residency.ttl.
 const StandDownResidencyStale = "residency_stale"
 
-// ownedShards is the scheduler's shard callback: the assignment's shards while it is usable.
-func (f *feed) ownedShards() []int {
+// ownedBuckets is the scheduler's callback: the bucket ranges of the assignment's shards under its
+// shard count, while the assignment is usable. Read at every claim, so a new shard count takes effect
+// at the next claim and no row is stranded by it.
+func (f *feed) ownedBuckets() []oplog.BucketRange {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	a := f.assignment
 	if !f.assigned || a.ShardCount < 1 || (!a.LeaseUntil.IsZero() && !f.now().Before(a.LeaseUntil)) {
 		return nil
 	}
-	return append([]int(nil), a.Shards...)
+	return oplog.ShardsBuckets(a.ShardCount, a.Shards)
 }
 
 // feedStatus is the feed as /v1/status shows it.

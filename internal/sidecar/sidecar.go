@@ -107,7 +107,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 		return nil, err
 	}
 	handler := &schedule.ArchiveHandler{Stack: s.stack, Store: s.schedules}
-	if s.scheduler, err = schedule.NewScheduler(s.schedules, handler.Run, s.feed.ownedShards, cfg.ScheduleConfig(owner()), log.With("component", "scheduler")); err != nil {
+	schedCfg := cfg.ScheduleConfig(owner())
+	schedCfg.MeterProvider = s.provider
+	if s.scheduler, err = schedule.NewScheduler(s.schedules, handler.Run, s.feed.ownedBuckets, schedCfg, log.With("component", "scheduler")); err != nil {
 		return nil, err
 	}
 	return s, nil

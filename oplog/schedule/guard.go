@@ -29,8 +29,6 @@ type Registrar struct {
 	SweepEnabled func() bool
 	// ArchiveInterval is how long after registration a row becomes due.
 	ArchiveInterval time.Duration
-	// ShardCount is the executor's current number of shards (rows carry the agent's shard).
-	ShardCount func() int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -39,6 +37,8 @@ type Registrar struct {
 // Exited it registers an ArchiveOplog row due ArchiveInterval later, except for an ephemeral agent
 // while the sweep is enabled, which returns early without touching the store — that early return is
 // what takes the scheduler database off the ephemeral commit path. Durable agents always register.
+// The row carries the agent's bucket, whatever the shard count. An agent that goes Idle and then
+// Exited with no entry between registers one action twice: the store keeps one row (Store.Register).
 // It reports whether it wrote a row.
 func (r *Registrar) RegisterArchiveIfNeeded(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, status Status, lastIndex oplog.Index) (bool, error) {
 	switch status {
@@ -52,20 +52,12 @@ func (r *Registrar) RegisterArchiveIfNeeded(ctx context.Context, agent oplog.Age
 	if err := agent.Validate(); err != nil {
 		return false, err
 	}
-	shards := 1
-	if r.ShardCount != nil {
-		shards = r.ShardCount()
-	}
-	if shards < 1 {
-		return false, fmt.Errorf("register archive of %s: no shards assigned", agent)
-	}
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now
 	}
 	_, err := r.Store.Register(ctx, NewRow{
 		DueAt:  now().Add(r.ArchiveInterval),
-		Shard:  agent.Shard(shards),
 		Action: ArchiveOplog{Agent: agent, Mode: mode, LastIndex: lastIndex},
 	})
 	if err != nil {

@@ -24,7 +24,7 @@ type ArchiveHandler struct {
 }
 
 // Handle archives one hop of the row's oplog if it still ends at the row's last index, and registers a
-// row for the next hop (due now, same shard) if one remains. A gone or moved-on oplog is done: the row
+// row for the next hop (due when this row was) if one remains. A gone or moved-on oplog is done: the row
 // is acknowledged without touching anything.
 func (h *ArchiveHandler) Handle(ctx context.Context, row Row) (Outcome, error) {
 	a := row.Action
@@ -44,7 +44,7 @@ func (h *ArchiveHandler) Handle(ctx context.Context, row Row) (Outcome, error) {
 	if !step.More {
 		return OutcomeArchived, nil
 	}
-	if _, err := h.Store.Register(ctx, NewRow{DueAt: row.DueAt, Shard: row.Shard, Action: a}); err != nil {
+	if _, err := h.Store.Register(ctx, NewRow{DueAt: row.DueAt, Action: a}); err != nil {
 		return "", fmt.Errorf("register next hop of %s: %w", a.Agent, err)
 	}
 	return OutcomeNextHop, nil

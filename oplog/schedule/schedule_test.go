@@ -12,6 +12,7 @@ import (
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
+	"github.com/stratalog/strata/oplog/schedule/scheduletest"
 )
 
 var t0 = time.UnixMilli(1_800_000_000_000)
@@ -46,10 +47,10 @@ func newStack(t *testing.T) (*oplog.Stack, *memory.Store) {
 	return stack, st
 }
 
-// newScheduler is a scheduler of shard 0.
+// newScheduler is a scheduler of every bucket.
 func newScheduler(t *testing.T, store schedule.Store, h schedule.Handler, cfg schedule.Config) *schedule.Scheduler {
 	t.Helper()
-	s, err := schedule.NewScheduler(store, h, func() []int { return []int{0} }, cfg, nil)
+	s, err := schedule.NewScheduler(store, h, func() []oplog.BucketRange { return scheduletest.All }, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestRegistrar_EphemeralRowsOnlyWhileSweepIsDisabled(t *testing.T) {
 	store := memory.NewScheduleStore()
 	enabled := true
 	r := &schedule.Registrar{Store: store, SweepEnabled: func() bool { return enabled }, ArchiveInterval: time.Hour,
-		ShardCount: func() int { return 4 }, Now: func() time.Time { return t0 }}
+		Now: func() time.Time { return t0 }}
 	eph := oplog.AgentID{Component: "c", Name: "eph"}
 	dur := oplog.AgentID{Component: "c", Name: "dur"}
 	ctx := t.Context()
@@ -87,12 +88,13 @@ func TestRegistrar_EphemeralRowsOnlyWhileSweepIsDisabled(t *testing.T) {
 	if wrote, _ := r.RegisterArchiveIfNeeded(ctx, dur, oplog.Durable, schedule.StatusRunning, 3); wrote {
 		t.Fatal("a running agent was registered")
 	}
+	// Idle, Failed and Exited at one last index register one action three times: one row.
 	rows, _ := store.Rows(ctx)
-	if len(rows) != 3 {
-		t.Fatalf("%d rows with the sweep enabled, want the 3 durable ones", len(rows))
+	if len(rows) != 1 {
+		t.Fatalf("%d rows with the sweep enabled, want the durable one", len(rows))
 	}
 	for _, row := range rows {
-		if row.Action.Mode != oplog.Durable || !row.DueAt.Equal(t0.Add(time.Hour)) || row.Shard != dur.Shard(4) {
+		if row.Action.Mode != oplog.Durable || !row.DueAt.Equal(t0.Add(time.Hour)) || row.Bucket != dur.Bucket() {
 			t.Fatalf("row %+v", row)
 		}
 	}
@@ -102,7 +104,7 @@ func TestRegistrar_EphemeralRowsOnlyWhileSweepIsDisabled(t *testing.T) {
 		t.Fatalf("ephemeral with the sweep disabled: wrote %v, %v", wrote, err)
 	}
 	rows, _ = store.Rows(ctx)
-	if len(rows) != 4 || rows[3].Action != (schedule.ArchiveOplog{Agent: eph, Mode: oplog.Ephemeral, LastIndex: 9}) {
+	if len(rows) != 2 || rows[1].Action != (schedule.ArchiveOplog{Agent: eph, Mode: oplog.Ephemeral, LastIndex: 9}) {
 		t.Fatalf("rows after disabling the sweep: %+v", rows)
 	}
 }
@@ -135,7 +137,7 @@ func TestArchiveHandler_ArchivesOneHopAndRegistersTheNext(t *testing.T) {
 	agent := oplog.AgentID{Component: "c", Name: "a"}
 	ctx := t.Context()
 	appendN(t, stack, agent, oplog.Durable, 1, 10)
-	row := schedule.Row{DueAt: t0, Shard: 2, Action: schedule.ArchiveOplog{Agent: agent, Mode: oplog.Durable, LastIndex: 10}}
+	row := schedule.Row{DueAt: t0, Bucket: agent.Bucket(), Action: schedule.ArchiveOplog{Agent: agent, Mode: oplog.Durable, LastIndex: 10}}
 
 	out, err := h.Handle(ctx, row)
 	if err != nil || out != schedule.OutcomeNextHop {
@@ -148,7 +150,7 @@ func TestArchiveHandler_ArchivesOneHopAndRegistersTheNext(t *testing.T) {
 		t.Fatalf("compressed layer ends at %d after the first hop", last)
 	}
 	rows, _ := store.Rows(ctx)
-	if len(rows) != 1 || rows[0].Action != row.Action || rows[0].Shard != 2 {
+	if len(rows) != 1 || rows[0].Action != row.Action || rows[0].Bucket != agent.Bucket() {
 		t.Fatalf("next-hop rows: %+v", rows)
 	}
 	out, err = h.Handle(ctx, rows[0])
@@ -171,7 +173,7 @@ func TestScheduler_RunsDueRowsToTheBottomLayer(t *testing.T) {
 	stack, _ := newStack(t)
 	store := memory.NewScheduleStore()
 	clk := &clock{now: t0}
-	reg := &schedule.Registrar{Store: store, ArchiveInterval: time.Minute, ShardCount: func() int { return 1 }, Now: clk.Now}
+	reg := &schedule.Registrar{Store: store, ArchiveInterval: time.Minute, Now: clk.Now}
 	h := &schedule.ArchiveHandler{Stack: stack, Store: store}
 	sched := newScheduler(t, store, h.Run, schedule.Config{Owner: "me", Now: clk.Now})
 	ctx := t.Context()
@@ -193,7 +195,7 @@ func TestScheduler_RunsDueRowsToTheBottomLayer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c, _ := store.Counts(ctx); c != (schedule.Counts{}) {
+	if c, _ := store.Counts(ctx, t0); c != (schedule.Counts{}) {
 		t.Fatalf("rows left: %+v", c)
 	}
 	for i, a := range agents {
@@ -236,7 +238,7 @@ func TestScheduler_FailingHandlerBacksOffThenFails(t *testing.T) {
 	if calls != 3 {
 		t.Fatalf("handler ran %d times, want 3", calls)
 	}
-	if c, _ := store.Counts(ctx); c != (schedule.Counts{Failed: 1}) {
+	if c, _ := store.Counts(ctx, t0); c != (schedule.Counts{Failed: 1}) {
 		t.Fatalf("counts %+v", c)
 	}
 }

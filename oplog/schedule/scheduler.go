@@ -8,8 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/stratalog/strata/internal/bounds"
 	"github.com/stratalog/strata/internal/grace"
+	"github.com/stratalog/strata/oplog"
 )
 
 // Config of a Scheduler. Zero fields take the defaults below; any other value must be within its
@@ -37,6 +40,8 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Now is the clock (time.Now when nil); tests move it instead of sleeping.
 	Now func() time.Time
+	// MeterProvider receives the scheduler's metrics (metrics.go); nil records none.
+	MeterProvider metric.MeterProvider
 }
 
 // The defaults of Config.
@@ -165,28 +170,49 @@ type Tally struct {
 // (context.Cause).
 var ErrShutdownGrace = errors.New("scheduler shutdown grace elapsed")
 
-// Scheduler claims the due rows of the shards it owns and runs them with bounded concurrency.
+// Scheduler claims the due rows of the buckets it owns and runs them with bounded concurrency.
 type Scheduler struct {
 	store  Store
 	handle Handler
-	shards func() []int
+	owned  func() []oplog.BucketRange
 	cfg    Config
 	log    *slog.Logger
+	m      *instruments
 }
 
-// NewScheduler returns a scheduler over store for the shards shards() returns at each claim, or
-// cfg.Validate's error.
-func NewScheduler(store Store, handle Handler, shards func() []int, cfg Config, log *slog.Logger) (*Scheduler, error) {
+// NewScheduler returns a scheduler over store for the bucket ranges owned() returns at each claim, or
+// cfg.Validate's error. A scheduler that owns shards of a shard count passes their ranges,
+// oplog.ShardsBuckets(count, shards), read afresh at each claim: after a change of the shard count it
+// claims exactly the rows of the agents it owns now. OwnedShards builds such a function.
+func NewScheduler(store Store, handle Handler, owned func() []oplog.BucketRange, cfg Config, log *slog.Logger) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if store == nil || handle == nil || shards == nil {
-		return nil, errors.New("schedule: NewScheduler needs a store, a handler and a shards function")
+	if store == nil || handle == nil || owned == nil {
+		return nil, errors.New("schedule: NewScheduler needs a store, a handler and an owned-buckets function")
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Scheduler{store: store, handle: handle, shards: shards, cfg: cfg.withDefaults(), log: log}, nil
+	s := &Scheduler{store: store, handle: handle, owned: owned, cfg: cfg.withDefaults(), log: log}
+	var err error
+	if s.m, err = newInstruments(cfg.MeterProvider, s); err != nil {
+		return nil, fmt.Errorf("schedule: metrics: %w", err)
+	}
+	return s, nil
+}
+
+// OwnedShards is an owned-buckets function for NewScheduler from an assignment read at each claim:
+// the bucket ranges of the shards among count, or none while assigned reports false (or the count is
+// outside [1, oplog.Buckets]).
+func OwnedShards(assignment func() (count int, shards []int, assigned bool)) func() []oplog.BucketRange {
+	return func() []oplog.BucketRange {
+		count, shards, ok := assignment()
+		if !ok {
+			return nil
+		}
+		return oplog.ShardsBuckets(count, shards)
+	}
 }
 
 // RunOnce claims up to Concurrency due rows and runs them all to completion, or until ctx is
@@ -254,11 +280,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 }
 
 func (s *Scheduler) claim(ctx context.Context, limit int) ([]Row, error) {
-	shards := s.shards()
-	if len(shards) == 0 {
+	buckets := s.owned()
+	if len(buckets) == 0 {
 		return nil, nil
 	}
-	return s.store.Claim(ctx, s.cfg.Owner, shards, s.cfg.Now(), s.cfg.Lease, limit)
+	rows, err := s.store.Claim(ctx, s.cfg.Owner, buckets, s.cfg.Now(), s.cfg.Lease, limit)
+	s.m.claimed(rows)
+	return rows, err
 }
 
 type result int
@@ -332,6 +360,7 @@ func (s *Scheduler) run(ctx context.Context, row Row) result {
 		return resultLeaseLost
 	}
 	if failed {
+		s.m.failed(row)
 		s.log.Error("scheduled action failed for good", "id", row.ID, "agent", row.Action.Agent.Key(),
 			"mode", row.Action.Mode, "attempts", row.Attempts, "err", err)
 		return resultFailed

@@ -10,6 +10,7 @@ import (
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
+	"github.com/stratalog/strata/oplog/schedule/scheduletest"
 )
 
 func registerOne(t *testing.T, store schedule.Store) {
@@ -61,7 +62,7 @@ func TestNewScheduler_RefusesALeaseThatWouldTickToNothing(t *testing.T) {
 	store := memory.NewScheduleStore()
 	registerOne(t, store)
 	handler := func(context.Context, schedule.Row) error { return nil }
-	s, err := schedule.NewScheduler(store, handler, func() []int { return []int{0} },
+	s, err := schedule.NewScheduler(store, handler, func() []oplog.BucketRange { return scheduletest.All },
 		schedule.Config{Owner: "me", Lease: 2 * time.Nanosecond, Now: func() time.Time { return t0 }}, nil)
 	if err == nil {
 		s.RunOnce(t.Context()) // what used to panic
@@ -105,7 +106,7 @@ func TestScheduler_RowsUnderWayFinishWithinTheShutdownGrace(t *testing.T) {
 	if errAfterCancel != nil {
 		t.Fatalf("the row's context was cancelled with Run's (%v); want it running for the grace", errAfterCancel)
 	}
-	if c, _ := store.Counts(t.Context()); c != (schedule.Counts{}) {
+	if c, _ := store.Counts(t.Context(), t0); c != (schedule.Counts{}) {
 		t.Fatalf("counts %+v; want the finished row acknowledged", c)
 	}
 }
@@ -167,7 +168,7 @@ func TestScheduler_RunOnceLeavesACancelledRowToItsLease(t *testing.T) {
 	if tally, err := s.RunOnce(ctx); err != nil || tally != (schedule.Tally{Claimed: 1, Cut: 1}) {
 		t.Fatalf("%+v %v; want the row counted as cut", tally, err)
 	}
-	if c, _ := store.Counts(t.Context()); c != (schedule.Counts{Pending: 1}) {
+	if c, _ := store.Counts(t.Context(), t0); c != (schedule.Counts{Pending: 1}) {
 		t.Fatalf("counts %+v; want the row pending, not failed", c)
 	}
 }
