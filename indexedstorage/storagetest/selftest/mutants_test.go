@@ -13,17 +13,21 @@ const (
 	bugForeignTokenRestarts     bug = "foreignTokenRestarts"
 	bugPageOverCount            bug = "pageOverCount"
 	bugNamespaceJoinedBySlash   bug = "namespaceJoinedBySlash"
+	bugResumeLosesDeletedMarker bug = "resumeLosesDeletedMarker"
 
 	// Writes.
-	bugNonAtomicAppendMany   bug = "nonAtomicAppendMany"
-	bugLazyIDValidation      bug = "lazyIDValidation"
-	bugConflictOnlyOnEqualID bug = "conflictOnlyOnEqualID"
-	bugLostRacingAppend      bug = "lostRacingAppend"
+	bugNonAtomicAppendMany    bug = "nonAtomicAppendMany"
+	bugLazyIDValidation       bug = "lazyIDValidation"
+	bugConflictOnlyOnEqualID  bug = "conflictOnlyOnEqualID"
+	bugLostRacingAppend       bug = "lostRacingAppend"
+	bugEmptyBatchCreatesIndex bug = "emptyBatchCreatesIndex"
 
 	// Emptied and deleted indexes.
 	bugEmptiedIndexExists         bug = "emptiedIndexExists"
 	bugEmptiedIndexScanned        bug = "emptiedIndexScanned"
 	bugLengthNotDecrementedByDrop bug = "lengthNotDecrementedByDrop"
+	bugLengthFromIDSpan           bug = "lengthFromIDSpan"
+	bugDropCountsRange            bug = "dropCountsRange"
 	bugDeleteSkipsValidation      bug = "deleteSkipsValidation"
 	bugDeleteIgnoresClose         bug = "deleteIgnoresClose"
 
@@ -72,14 +76,20 @@ var mutants = []mutant{
 	{bugPageOverCount, "ScanStable hands back its look-ahead key: count+1 keys on an ordered backend"},
 	{bugNamespaceJoinedBySlash, "one flat keyspace of ns+\"/\"+key: ns \"a\" key \"b/c\" is ns \"a/b\" key \"c\", and a walk of \"a\" lists the keys of \"a/b\""},
 
+	{bugResumeLosesDeletedMarker, "ScanStable looks its marker up as a key: when the caller deleted the last key handed back, the walk ends early"},
+
 	{bugNonAtomicAppendMany, "AppendMany writes row by row, checking each against the last: a conflict in the batch leaves the rows before it"},
 	{bugLazyIDValidation, "AppendMany checks each id's range when writing its row: an id out of range leaves the rows before it"},
 	{bugConflictOnlyOnEqualID, "only a primary key on the id guards Append: an id below the last that is free is inserted, not a conflict"},
 	{bugLostRacingAppend, "Append checks the last id under the read lock, lets go, then writes what it read plus the batch: a racing append is lost"},
 
+	{bugEmptyBatchCreatesIndex, "an empty AppendMany upserts the index's row, so it creates an index holding nothing"},
+
 	{bugEmptiedIndexExists, "DropPrefix that empties an index leaves it behind: Exists is true"},
 	{bugEmptiedIndexScanned, "DropPrefix that empties an index leaves its key where scans find it"},
 	{bugLengthNotDecrementedByDrop, "Length is a counter of appends that DropPrefix forgets to decrement"},
+	{bugLengthFromIDSpan, "Length is last id - first id + 1, as if ids were dense"},
+	{bugDropCountsRange, "DropPrefix reports the span of ids it dropped, as if ids were dense, not how many entries"},
 	{bugDeleteSkipsValidation, "Delete does not validate its namespace and key: a bad one returns nil"},
 	{bugDeleteIgnoresClose, "Delete after Close returns nil instead of ErrClosed"},
 

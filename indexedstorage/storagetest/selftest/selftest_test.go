@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,9 @@ const envMutant = "STRATA_MUTANT"
 
 // envTimeout overrides mutantTimeout (a time.ParseDuration string), for a slow machine or -race.
 const envTimeout = "STRATA_SELFTEST_TIMEOUT"
+
+// envRepeat runs every mutant that many times (default 1), each run required to kill it.
+const envRepeat = "STRATA_SELFTEST_REPEAT"
 
 // mutantTimeout bounds one subprocess: the suite takes a few seconds at most on the reference (under
 // -race too), so a mutant still running after this long has hung the suite. That counts as killing
@@ -38,9 +42,12 @@ func harness(b bug) storagetest.Harness {
 			tb.Cleanup(func() { st.Close() })
 			return st
 		},
-		// Small counts keep one run of the suite to seconds; the suite's defaults are 2000 and 500.
-		ModelSinglePages: 300,
-		ModelWalks:       60,
+		// Small model counts keep one run of the suite to seconds (the suite's defaults are 2000 and
+		// 500); the racing checks run long enough that an in-process lock bug fails every run.
+		ModelSinglePages:      300,
+		ModelWalks:            60,
+		LinearizableHistories: 1000,
+		RaceRounds:            2000,
 		Poison: func(tb testing.TB, st is.Storage, ns, key string) {
 			st.(*store).poison(tb, ns, key)
 		},
@@ -114,36 +121,82 @@ func TestMutantsAreKilled(t *testing.T) {
 			control.err, control.failedIn, control.message, control.tail)
 	}
 
-	results := make([]outcome, len(mutants))
+	// Every run of a mutant must kill it: a racing check that catches a lock bug in some runs only
+	// leaves CI green by luck. STRATA_SELFTEST_REPEAT runs each mutant that many times to measure it.
+	repeat := 1
+	if s := os.Getenv(envRepeat); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a count of at least 1", envRepeat, s)
+		}
+		repeat = n
+	}
+	results := make([][]outcome, len(mutants))
 	sem := make(chan struct{}, parallelMutants)
 	var wg sync.WaitGroup
 	for i, m := range mutants {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			results[i] = runSuite(t, string(m.bug), timeout, artifacts)
-		})
+		results[i] = make([]outcome, repeat)
+		for r := range repeat {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				results[i][r] = runSuite(t, string(m.bug), timeout, artifacts)
+			})
+		}
 	}
 	wg.Wait()
 
 	var survivors []string
 	for i, m := range mutants {
-		r := results[i]
-		switch {
-		case r.err != nil:
-			t.Errorf("mutant %s: %v", m.bug, r.err)
-		case r.passed:
-			survivors = append(survivors, string(m.bug))
-			t.Errorf("mutant %s SURVIVED: the suite passes on a backend where %s\nlast lines of its run:\n%s", m.bug, m.what, r.tail)
-		case r.hung:
-			t.Logf("%-28s killed by the timeout after %v: the suite HUNG in %s instead of failing", m.bug, r.elapsed.Round(time.Second), r.failedIn)
-		default:
-			race := ""
-			if r.raced {
-				race = " (the race detector reported a race)"
+		passed := 0
+		for _, r := range results[i] {
+			if r.err != nil {
+				t.Errorf("mutant %s: %v", m.bug, r.err)
 			}
-			t.Logf("%-28s killed in %.1fs by %s%s: %s", m.bug, r.elapsed.Seconds(), r.failedIn, race, r.message)
+			if r.passed {
+				passed++
+			}
 		}
+		runs := ""
+		if repeat > 1 {
+			runs = fmt.Sprintf(" in %d of %d runs", passed, repeat)
+			if passed == 0 {
+				runs = fmt.Sprintf(" (all %d runs)", repeat)
+			}
+		}
+		if passed > 0 {
+			survivors = append(survivors, string(m.bug))
+			var last outcome
+			for _, r := range results[i] {
+				if r.passed {
+					last = r
+				}
+			}
+			t.Errorf("mutant %s SURVIVED%s: the suite passes on a backend where %s\nlast lines of its run:\n%s", m.bug, runs, m.what, last.tail)
+			continue
+		}
+		// Name what killed it in each distinct way, the first run's message for each.
+		var ways []string
+		seen := map[string]bool{}
+		for _, r := range results[i] {
+			way := r.failedIn
+			switch {
+			case r.err != nil:
+				continue
+			case r.hung:
+				way = "a HANG (killed by the timeout) in " + r.failedIn
+			case r.raced:
+				way += " (the race detector reported a race)"
+			}
+			if !seen[way] {
+				seen[way] = true
+				if r.message != "" && !r.hung {
+					way += ": " + r.message
+				}
+				ways = append(ways, way)
+			}
+		}
+		t.Logf("%-28s killed%s in %.1fs by %s", m.bug, runs, results[i][0].elapsed.Seconds(), strings.Join(ways, "; or by "))
 	}
 	t.Logf("reference passes in %.1fs; %d of %d mutants killed", control.elapsed.Seconds(), len(mutants)-len(survivors), len(mutants))
 	if len(survivors) > 0 {
