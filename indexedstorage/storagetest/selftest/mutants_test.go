@@ -14,13 +14,16 @@ const (
 	bugPageOverCount            bug = "pageOverCount"
 	bugNamespaceJoinedBySlash   bug = "namespaceJoinedBySlash"
 	bugResumeLosesDeletedMarker bug = "resumeLosesDeletedMarker"
+	bugPrefixEndUnbounded       bug = "prefixEndUnbounded"
 
 	// Writes.
-	bugNonAtomicAppendMany    bug = "nonAtomicAppendMany"
-	bugLazyIDValidation       bug = "lazyIDValidation"
-	bugConflictOnlyOnEqualID  bug = "conflictOnlyOnEqualID"
-	bugLostRacingAppend       bug = "lostRacingAppend"
-	bugEmptyBatchCreatesIndex bug = "emptyBatchCreatesIndex"
+	bugNonAtomicAppendMany     bug = "nonAtomicAppendMany"
+	bugLazyIDValidation        bug = "lazyIDValidation"
+	bugConflictOnlyOnEqualID   bug = "conflictOnlyOnEqualID"
+	bugLostRacingAppend        bug = "lostRacingAppend"
+	bugEmptyBatchCreatesIndex  bug = "emptyBatchCreatesIndex"
+	bugEmptyBatchShortCircuits bug = "emptyBatchShortCircuits"
+	bugLastIDOutlivesDelete    bug = "lastIDOutlivesDelete"
 
 	// Emptied and deleted indexes.
 	bugEmptiedIndexExists         bug = "emptiedIndexExists"
@@ -30,6 +33,8 @@ const (
 	bugDropCountsRange            bug = "dropCountsRange"
 	bugDeleteSkipsValidation      bug = "deleteSkipsValidation"
 	bugDeleteIgnoresClose         bug = "deleteIgnoresClose"
+	bugClosestCreatesIndex        bug = "closestCreatesIndex"
+	bugFirstNotMovedByDrop        bug = "firstNotMovedByDrop"
 
 	// Ranges.
 	bugReadExcludesTo         bug = "readExcludesTo"
@@ -55,8 +60,9 @@ const (
 	bugNonLinearizableDelete bug = "nonLinearizableDelete"
 
 	// Unreadable indexes.
-	bugPoisonFailsPage   bug = "poisonFailsPage"
-	bugPoisonIsTransient bug = "poisonIsTransient"
+	bugPoisonFailsPage       bug = "poisonFailsPage"
+	bugPoisonIsTransient     bug = "poisonIsTransient"
+	bugUnreadableNotAdvanced bug = "unreadableNotAdvanced"
 )
 
 // mutant is one bug and what it stands for.
@@ -78,12 +84,17 @@ var mutants = []mutant{
 
 	{bugResumeLosesDeletedMarker, "ScanStable looks its marker up as a key: when the caller deleted the last key handed back, the walk ends early"},
 
+	{bugPrefixEndUnbounded, "a prefix with no upper bound (only U+10FFFF) is taken for an empty interval: the walk returns nothing"},
+
 	{bugNonAtomicAppendMany, "AppendMany writes row by row, checking each against the last: a conflict in the batch leaves the rows before it"},
 	{bugLazyIDValidation, "AppendMany checks each id's range when writing its row: an id out of range leaves the rows before it"},
 	{bugConflictOnlyOnEqualID, "only a primary key on the id guards Append: an id below the last that is free is inserted, not a conflict"},
 	{bugLostRacingAppend, "Append checks the last id under the read lock, lets go, then writes what it read plus the batch: a racing append is lost"},
 
 	{bugEmptyBatchCreatesIndex, "an empty AppendMany upserts the index's row, so it creates an index holding nothing"},
+
+	{bugEmptyBatchShortCircuits, "an empty AppendMany returns nil before validating its arguments or checking Close"},
+	{bugLastIDOutlivesDelete, "a last-id record beside the entries survives Delete, so a re-created index conflicts with the deleted one's ids"},
 
 	{bugEmptiedIndexExists, "DropPrefix that empties an index leaves it behind: Exists is true"},
 	{bugEmptiedIndexScanned, "DropPrefix that empties an index leaves its key where scans find it"},
@@ -92,6 +103,9 @@ var mutants = []mutant{
 	{bugDropCountsRange, "DropPrefix reports the span of ids it dropped, as if ids were dense, not how many entries"},
 	{bugDeleteSkipsValidation, "Delete does not validate its namespace and key: a bad one returns nil"},
 	{bugDeleteIgnoresClose, "Delete after Close returns nil instead of ErrClosed"},
+
+	{bugClosestCreatesIndex, "Closest on a missing index creates it, empty (a get-or-create lookup on the read path): Exists is then true"},
+	{bugFirstNotMovedByDrop, "First returns a cached first entry that DropPrefix does not move"},
 
 	{bugReadExcludesTo, "Read is the half-open range [from, to)"},
 	{bugReadUnclamped, "Read binds to as a signed integer: to = 2^64-1 becomes -1 and reads nothing"},
@@ -113,6 +127,7 @@ var mutants = []mutant{
 	{bugNonLinearizableDelete, "Delete removes the ids it saw when it started (PostgreSQL's DELETE under READ COMMITTED): an Append committed meanwhile survives"},
 
 	{bugPoisonFailsPage, "one unreadable index fails the whole ScanStable page instead of being listed in Unreadable"},
+	{bugUnreadableNotAdvanced, "ScanStable's marker moves past healthy keys only: an unreadable index ending a page is handed back again on every later page"},
 	{bugPoisonIsTransient, "an unreadable index's errors are classified ErrTransient, so callers retry a read that cannot succeed"},
 }
 

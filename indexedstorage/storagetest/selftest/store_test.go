@@ -22,6 +22,7 @@ type store struct {
 	mu      sync.RWMutex
 	closed  bool
 	indexes map[ident]*index
+	lastIDs map[ident]uint64 // the last id of each deleted index, in the lastIDOutlivesDelete mutant
 }
 
 // ident is what the store compares to tell two indexes apart. The reference compares namespace and
@@ -32,10 +33,13 @@ type index struct {
 	ns, key  string     // as first written: what scans hand back
 	entries  []is.Entry // ascending ids; empty only in the emptied-index mutants
 	appended uint64     // entries appended since the index was created (Length in one mutant)
+	first    is.Entry   // the first entry since the index was last empty (First in one mutant)
 	poisoned bool       // Harness.Poison made its storage unreadable
 }
 
-func newStore(b bug) *store { return &store{bug: b, indexes: map[ident]*index{}} }
+func newStore(b bug) *store {
+	return &store{bug: b, indexes: map[ident]*index{}, lastIDs: map[ident]uint64{}}
+}
 
 var _ is.Storage = (*store)(nil)
 
@@ -147,10 +151,13 @@ func (s *store) update(op, ns, key string, keepEmpty bool, fn func(old []is.Entr
 	case len(updated) == 0 && x == nil:
 		// Nothing to store and nothing stored: a missing index stays missing.
 	case x == nil:
-		s.indexes[id] = &index{ns: ns, key: key, entries: updated, appended: uint64(len(updated))}
+		s.indexes[id] = &index{ns: ns, key: key, entries: updated, appended: uint64(len(updated)), first: updated[0]}
 	default:
 		if len(old) == 0 {
 			x.appended = 0
+			if len(updated) > 0 {
+				x.first = updated[0]
+			}
 		}
 		if grown := len(updated) - len(old); grown > 0 {
 			x.appended += uint64(grown)
@@ -162,7 +169,8 @@ func (s *store) update(op, ns, key string, keepEmpty bool, fn func(old []is.Entr
 
 func (s *store) Exists(_ context.Context, ns, key string) (exists bool, err error) {
 	err = s.view("exists", ns, key, func(x *index) {
-		exists = x != nil && (len(x.entries) > 0 || s.bug == bugEmptiedIndexExists || s.bug == bugEmptyBatchCreatesIndex)
+		exists = x != nil && (len(x.entries) > 0 || s.bug == bugEmptiedIndexExists || s.bug == bugEmptyBatchCreatesIndex ||
+			s.bug == bugClosestCreatesIndex)
 	})
 	return exists, err
 }
@@ -221,6 +229,9 @@ func (s *store) First(_ context.Context, ns, key string) (first is.Entry, found 
 	err = s.view("first", ns, key, func(x *index) {
 		if entries := entriesOf(x); len(entries) > 0 {
 			first, found = out(entries[0], s.bug == bugAliasFirstLast), true
+			if s.bug == bugFirstNotMovedByDrop {
+				first = out(x.first, false) // a cached first entry that only appends to an empty index set
+			}
 		}
 	})
 	return first, found, err
@@ -236,6 +247,12 @@ func (s *store) Last(_ context.Context, ns, key string) (last is.Entry, found bo
 }
 
 func (s *store) Closest(_ context.Context, ns, key string, id uint64) (closest is.Entry, found bool, err error) {
+	if s.bug == bugClosestCreatesIndex {
+		// get-or-create on the read path: the lookup that Append uses, reused
+		if err := s.createIndex(ns, key); err != nil {
+			return is.Entry{}, false, err
+		}
+	}
 	err = s.view("closest", ns, key, func(x *index) {
 		entries := entriesOf(x)
 		i := search(entries, id)
@@ -254,6 +271,9 @@ func (s *store) Append(_ context.Context, ns, key string, id uint64, value []byt
 }
 
 func (s *store) AppendMany(_ context.Context, ns, key string, batch []is.Entry) error {
+	if len(batch) == 0 && s.bug == bugEmptyBatchShortCircuits {
+		return nil // nothing to write, so nothing to check
+	}
 	return s.appendMany(ns, key, batch, s.bug != bugAliasAppendMany)
 }
 
@@ -285,6 +305,11 @@ func (s *store) appendMany(ns, key string, batch []is.Entry, copyValues bool) er
 		}
 		if err := above(rows[0].ID, old); err != nil {
 			return nil, err
+		}
+		if last, ok := s.lastIDs[s.ident(ns, key)]; ok && len(old) == 0 && rows[0].ID <= last {
+			// Only the lastIDOutlivesDelete mutant fills lastIDs: a "last id" record beside the entries
+			// that Delete forgets, so a re-created index still conflicts with the deleted one.
+			return nil, fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, rows[0].ID, last)
 		}
 		return append(old, rows...), nil
 	})
@@ -471,7 +496,11 @@ func (s *store) Delete(_ context.Context, ns, key string) error {
 	if s.closed && s.bug != bugDeleteIgnoresClose {
 		return is.ErrClosed
 	}
-	delete(s.indexes, s.ident(ns, key)) // poisoned or not: the index is gone
+	id := s.ident(ns, key)
+	if x := s.indexes[id]; x != nil && len(x.entries) > 0 && s.bug == bugLastIDOutlivesDelete {
+		s.lastIDs[id] = x.entries[len(x.entries)-1].ID
+	}
+	delete(s.indexes, id) // poisoned or not: the index is gone
 	return nil
 }
 
@@ -505,6 +534,11 @@ type listed struct {
 
 // keysLocked returns the keys of ns matching prefix, ascending. The caller holds a lock.
 func (s *store) keysLocked(ns, prefix string) []listed {
+	if _, bounded := is.PrefixEnd(prefix); !bounded && prefix != "" && s.bug == bugPrefixEndUnbounded {
+		// The walk is bounded by [prefix, PrefixEnd(prefix)); a prefix with no end (only U+10FFFF)
+		// is taken for an empty interval instead of [prefix, ∞).
+		return nil
+	}
 	var keys []listed
 	for _, x := range s.indexes {
 		key, inNS := x.key, x.ns == ns
@@ -582,7 +616,7 @@ func (s *store) ScanStable(_ context.Context, ns, prefix string, from is.Resume,
 		return is.Page{Done: true}, nil
 	}
 	var page is.Page
-	more, last := false, ""
+	more, last := false, marker
 	for _, k := range keys {
 		if !start && (k.key < marker || (k.key == marker && !s.resumesInclusive())) {
 			continue
@@ -591,7 +625,9 @@ func (s *store) ScanStable(_ context.Context, ns, prefix string, from is.Resume,
 			more = true
 			break
 		}
-		last = k.key
+		if !k.poisoned || s.bug != bugUnreadableNotAdvanced {
+			last = k.key // the mutant moves its marker past the keys it hands back only
+		}
 		if !k.poisoned {
 			page.Keys = append(page.Keys, k.key)
 			continue
