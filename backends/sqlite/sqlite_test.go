@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stratalog/strata/backends/sqlite"
+	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/indexedstorage/storagetest"
 )
@@ -42,25 +43,10 @@ func harness() storagetest.Harness {
 // can; the store must still fail that one index loudly and nothing else.
 func poison(tb testing.TB, st is.Storage, ns, key string) {
 	tb.Helper()
-	if err := insertUnchecked(context.Background(), st.(*sqlite.Store).DB(),
+	if err := sqlitetest.ExecUnchecked(context.Background(), st.(*sqlite.Store).DB(),
 		`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 'abc', x'00')`, ns, key); err != nil {
 		tb.Fatalf("poison %s:%q: %v", ns, key, err)
 	}
-}
-
-// insertUnchecked runs one statement on a connection of db that ignores CHECK constraints.
-func insertUnchecked(ctx context.Context, db *sql.DB, stmt string, args ...any) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `PRAGMA ignore_check_constraints = ON`); err != nil {
-		return err
-	}
-	defer conn.ExecContext(ctx, `PRAGMA ignore_check_constraints = OFF`)
-	_, err = conn.ExecContext(ctx, stmt, args...)
-	return err
 }
 
 func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
