@@ -30,7 +30,7 @@ const envRepeat = "STRATA_SELFTEST_REPEAT"
 // mutantTimeout bounds one subprocess: the suite takes a few seconds at most on the reference (under
 // -race too), so a mutant still running after this long has hung the suite. That counts as killing
 // it, and is reported as a hang, since the suite should fail with a message instead.
-const mutantTimeout = 30 * time.Second
+const mutantTimeout = 90 * time.Second
 
 // parallelMutants is how many subprocesses run at once.
 const parallelMutants = 2
