@@ -19,7 +19,7 @@ func harness() storagetest.Harness {
 		},
 		ModelSinglePages:      200_000,
 		ModelWalks:            20_000,
-		LinearizableHistories: 2000,
+		LinearizableHistories: 5000,
 		RaceRounds:            5000,
 		RawWalk:               rawWalk,
 		// No Poison: nothing outside the Store reaches its indexes.

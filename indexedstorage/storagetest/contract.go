@@ -390,6 +390,8 @@ func (f *fixture) callEverything(ns, key, prefix string) map[string]error {
 	_, errs["Exists"] = f.st.Exists(ctx, ns, key)
 	errs["Append"] = f.st.Append(ctx, ns, key, 100, nil)
 	errs["AppendMany"] = f.st.AppendMany(ctx, ns, key, entries(key, 101, 102))
+	// An empty batch writes nothing, but is still a call: validated, and refused once closed.
+	errs["AppendMany(empty)"] = f.st.AppendMany(ctx, ns, key, nil)
 	_, errs["Length"] = f.st.Length(ctx, ns, key)
 	_, errs["Read"] = f.st.Read(ctx, ns, key, 1, 10)
 	_, _, errs["First"] = f.st.First(ctx, ns, key)
