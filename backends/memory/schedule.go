@@ -84,7 +84,8 @@ func (s *ScheduleStore) Claim(_ context.Context, owner string, buckets []oplog.B
 	pick := map[string]*schedule.Row{}
 	for _, r := range s.rows {
 		subject := r.Action.Subject()
-		if r.Failed || busy[subject] || !schedule.InBuckets(r.Bucket, buckets) || r.DueAt.After(now) || r.AvailableAt.After(now) {
+		leased := r.LeaseOwner != "" && !r.LeaseUntil.Before(now)
+		if r.Failed || leased || busy[subject] || !schedule.InBuckets(r.Bucket, buckets) || r.DueAt.After(now) || r.AvailableAt.After(now) {
 			continue
 		}
 		p := pick[subject]
