@@ -132,3 +132,73 @@ func TestSchedule_GarbledActionIsAnErrorNotAPanic(t *testing.T) {
 		t.Fatalf("Rows over a garbled row: %+v", rows)
 	}
 }
+
+// A file at schedule migration 1 (shard_id) is brought to 2: buckets and subjects backfilled from the
+// actions, one lease per agent, one pending row per action (the one that runs latest).
+func TestSchedule_MigrationFromVersion1BackfillsBucketsAndOneLeasePerAgent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v1.db")
+	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	db := st.DB()
+	for _, stmt := range []string{
+		`CREATE TABLE scheduled_actions_migrations (version INTEGER PRIMARY KEY)`,
+		`INSERT INTO scheduled_actions_migrations (version) VALUES (1)`,
+		`CREATE TABLE scheduled_actions (
+			schedule_id INTEGER PRIMARY KEY AUTOINCREMENT, due_at_ms INTEGER NOT NULL, available_at_ms INTEGER NOT NULL,
+			shard_id INTEGER NOT NULL, action TEXT NOT NULL, lease_owner TEXT CHECK (lease_owner <> ''), lease_until_ms INTEGER,
+			attempt_count INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0)`,
+		`CREATE INDEX scheduled_actions_claim ON scheduled_actions (shard_id, due_at_ms, available_at_ms) WHERE failed = 0`,
+	} {
+		if _, err := db.ExecContext(t.Context(), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert := func(due int64, a schedule.ArchiveOplog, owner string, until int64) int64 {
+		t.Helper()
+		data, _ := schedule.MarshalAction(a)
+		var o, u any
+		if owner != "" {
+			o, u = owner, until
+		}
+		res, err := db.ExecContext(t.Context(), `INSERT INTO scheduled_actions (due_at_ms, available_at_ms, shard_id, action, lease_owner, lease_until_ms)
+			VALUES (?, ?, 3, ?, ?, ?)`, due, due, string(data), o, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := res.LastInsertId()
+		return id
+	}
+	act := func(name string, last oplog.Index) schedule.ArchiveOplog {
+		return schedule.ArchiveOplog{Agent: oplog.AgentID{Component: "c", Name: name}, Mode: oplog.Durable, LastIndex: last}
+	}
+	t0 := time.UnixMilli(1_800_000_000_000).UnixMilli()
+	insert(t0, act("日本語", 1), "", 0)
+	insert(t0, act("x", 1), "old", t0+1000)
+	keeps := insert(t0, act("x", 2), "new", t0+5000)
+	insert(t0, act("y", 4), "", 0)
+	latest := insert(t0+9000, act("y", 4), "", 0)
+
+	s := openSchedule(t, path)
+	rows, err := s.Rows(t.Context())
+	if err != nil || len(rows) != 4 {
+		t.Fatalf("rows after the migration: %+v, %v; want 4", rows, err)
+	}
+	var leased []int64
+	for _, r := range rows {
+		if r.Bucket != r.Action.Agent.Bucket() {
+			t.Errorf("%s: bucket %d, want %d", r.Action.Agent, r.Bucket, r.Action.Agent.Bucket())
+		}
+		if r.LeaseOwner != "" {
+			leased = append(leased, r.ID)
+		}
+		if r.Action.Agent.Name == "y" && r.ID != latest {
+			t.Errorf("y's row %d kept, want %d", r.ID, latest)
+		}
+	}
+	if len(leased) != 1 || leased[0] != keeps {
+		t.Errorf("leased rows %v, want only %d", leased, keeps)
+	}
+}
