@@ -93,9 +93,11 @@ func CheckEntries(entries []Entry) error {
 	return nil
 }
 
-// Read returns up to n entries of the oplog from index from on, ascending, each index once, merged
-// across every layer. Layers are read top first: an entry moves down by being appended below before it
-// is dropped above, so a read racing an archive step finds it in one layer or the other.
+// Read returns up to n entries of the oplog from index from on, ascending, each index once and
+// contiguous, merged across every layer. Layers are read top first: an entry moves down by being
+// appended below before it is dropped above, so a read racing an archive step finds it in one layer or
+// the other. A read racing a step's drop may end short of n, never past a gap: the caller reads on from
+// the index after the last one returned.
 func (s *Stack) Read(ctx context.Context, agent AgentID, mode Mode, from Index, n int) ([]Entry, error) {
 	if err := checkOplog(agent, mode); err != nil {
 		return nil, err
@@ -115,6 +117,14 @@ func (s *Stack) Read(ctx context.Context, agent AgentID, mode Mode, from Index, 
 	}
 	slices.SortStableFunc(merged, func(a, b Entry) int { return cmpIndex(a.Index, b.Index) })
 	merged = slices.CompactFunc(merged, func(a, b Entry) bool { return a.Index == b.Index })
+	// A layer's read ends where a concurrent step's drop cut its run, though the layer may hold entries
+	// past the cut that no other layer returned: the merge is handed on only up to its first gap.
+	for i := 1; i < len(merged); i++ {
+		if merged[i].Index != merged[i-1].Index+1 {
+			merged = merged[:i]
+			break
+		}
+	}
 	return merged[:min(n, len(merged))], nil
 }
 
@@ -159,10 +169,11 @@ type Step struct {
 // ArchiveStep moves the entries of the topmost layer that holds any (other than the bottom) one layer
 // down, and reports what moved and whether another hop remains:
 //
-//  1. T = the target's last index (0 if none).
-//  2. Read the source from index 1 in batches of at most one chunk. The part of a batch at or below T
-//     must already be below, byte for byte (an interrupted step appended it and stopped before its
-//     drop); the part above T is appended to the target.
+//  1. Read the source from index 1 in batches of at most one chunk.
+//  2. After each read, T = the target's last index (0 if none), raised to the end of the part of the
+//     batch the source no longer holds (a concurrent drain moved it since the read). The part of a
+//     batch at or below T must already be below, byte for byte (an interrupted step, or a concurrent
+//     drain, put it there); the part above T is appended to the target.
 //  3. After each append, drop the source up to the end of the batch; if the source held only entries
 //     ≤ T, drop those once all of them compared equal.
 //
@@ -173,8 +184,9 @@ type Step struct {
 //
 // Memory stays bounded by one chunk whatever the oplog's length. A failure between any two storage
 // calls leaves every entry readable through Read (in one layer or both), and a re-run converges with no
-// duplicate and no loss. A concurrent drain of the same agent that appended to the target first is no
-// error: the step re-reads T and converges. Entries a writer appends above the source's last index
+// duplicate and no loss. A concurrent drain of the same agent is no error: what it moved first, whether
+// the step sees it in the target or as gone from the source, is compared instead of appended again (a
+// conflict on the append itself re-runs the step), so the loser converges with nothing doubled. Entries a writer appends above the source's last index
 // during the step stay where they are. A step over layers that hold nothing returns at once with a zero
 // Step.
 func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, error) {
@@ -231,16 +243,22 @@ func move(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Laye
 	}
 }
 
-// moveOnce is one try of move; it returns the target's last index it started from.
+// moveOnce is one try of move; it returns the greatest target last index it read.
+//
+// A concurrent drain of the same agent (a teardown drain and the sweep, two sidecars during a
+// hand-off) may move part of what a batch holds between the batch's read and its append. So after each
+// read, and before anything is appended, the step looks again: what the target now holds up to its last
+// index, and what the source no longer holds (it starts past the batch's first entry), is already below.
+// A step drops a source prefix only after appending it or reading it back from below, so a source that
+// lost part of the batch shows that part was moved. That part is compared with the layers below, as an
+// interrupted step's is, and not appended again: the losing drain converges with nothing handed back
+// and no error, and readers never see the other's work doubled in the layer below.
 func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index, step *Step) (Index, error) {
 	dst := below[0]
-	target, _, err := dst.LastIndex(ctx, agent, mode)
-	if err != nil {
-		return target, err
-	}
 	// Reading from 1 rather than T+1 costs nothing when the source starts above T (the usual case) and
 	// shows any entry at or below T. Those come first, so all of them are compared before the first
 	// append or drop.
+	var target Index
 	var verified Index // the source up to here is identical below and not yet dropped
 	for next := Index(1); next <= srcLast; {
 		batch, err := src.Read(ctx, agent, mode, next, srcLast, ChunkLimit)
@@ -251,9 +269,14 @@ func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []
 			break
 		}
 		last := batch[len(batch)-1].Index
-		atOrBelow, _ := slices.BinarySearchFunc(batch, target+1, func(e Entry, i Index) int { return cmpIndex(e.Index, i) })
+		moved, err := movedBelow(ctx, agent, mode, src, dst, batch)
+		if err != nil {
+			return target, err
+		}
+		target = max(target, moved.target)
+		atOrBelow, _ := slices.BinarySearchFunc(batch, moved.upTo+1, func(e Entry, i Index) int { return cmpIndex(e.Index, i) })
 		if atOrBelow > 0 {
-			if err := requireBelow(ctx, agent, mode, below, batch[:atOrBelow], target); err != nil {
+			if err := requireBelow(ctx, agent, mode, below, batch[:atOrBelow], moved); err != nil {
 				return target, err
 			}
 			verified = batch[atOrBelow-1].Index
@@ -282,12 +305,42 @@ func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []
 	return target, nil
 }
 
-// requireBelow checks that the layers below hold every entry of want (ascending, at or below the
-// target's last index target) with the same payload, and returns ErrIndexReused if not. The target is
-// read first; an index it lacks is looked for further down, where a concurrent drain of the next hop
-// may have moved it. Layers are read top first, as Stack.Read does, so an entry moving down meanwhile
-// is found in one or the other.
-func requireBelow(ctx context.Context, agent AgentID, mode Mode, below []Layer, want []Entry, target Index) error {
+// alreadyBelow is how far an oplog is known to be below a source already, looked up after a batch was read.
+type alreadyBelow struct {
+	target Index // the target's last index (0: it holds none)
+	gone   Index // the source no longer holds the batch up to here (0: it holds all of it)
+	upTo   Index // max(target, gone): the batch up to here must be below, and is not appended
+}
+
+// movedBelow looks, after batch was read from src, at how much of it is below already: everything up to
+// the target's last index, and the part of the batch the source dropped since the read (a concurrent
+// step moved it). The source is looked at first: a step appends before it drops, so a drop seen here
+// means the target's last index read next covers it, unless that step has gone on to move the target's
+// entries further down, which the source's side still shows.
+func movedBelow(ctx context.Context, agent AgentID, mode Mode, src, dst Layer, batch []Entry) (alreadyBelow, error) {
+	var b alreadyBelow
+	first, ok, err := src.FirstIndex(ctx, agent, mode)
+	if err != nil {
+		return b, err
+	}
+	if last := batch[len(batch)-1].Index; !ok || first > last {
+		b.gone = last
+	} else if first > batch[0].Index {
+		b.gone = first - 1
+	}
+	if b.target, _, err = dst.LastIndex(ctx, agent, mode); err != nil {
+		return b, err
+	}
+	b.upTo = max(b.target, b.gone)
+	return b, nil
+}
+
+// requireBelow checks that the layers below hold every entry of want (ascending, at or below how far
+// the oplog is known to be below, moved) with the same payload, and returns ErrIndexReused if not. The
+// target is read first; an index it lacks is looked for further down, where a concurrent drain of the
+// next hop may have moved it. Layers are read top first, as Stack.Read does, so an entry moving down
+// meanwhile is found in one or the other.
+func requireBelow(ctx context.Context, agent AgentID, mode Mode, below []Layer, want []Entry, moved alreadyBelow) error {
 	pending := want
 	for _, l := range below {
 		var missing []Entry
@@ -307,7 +360,7 @@ func requireBelow(ctx context.Context, agent AgentID, mode Mode, below []Layer, 
 				}
 				if i < len(pending) && pending[i].Index == g.Index {
 					if !bytes.Equal(pending[i].Payload, g.Payload) {
-						return indexReused(want, target, fmt.Sprintf("index %d differs from %s's", pending[i].Index, l.Name()))
+						return indexReused(want, moved, fmt.Sprintf("index %d differs from %s's", pending[i].Index, l.Name()))
 					}
 					i++
 				}
@@ -317,12 +370,15 @@ func requireBelow(ctx context.Context, agent AgentID, mode Mode, below []Layer, 
 			return nil
 		}
 	}
-	return indexReused(want, target, fmt.Sprintf("no layer below holds index %d", pending[0].Index))
+	return indexReused(want, moved, fmt.Sprintf("no layer below holds index %d", pending[0].Index))
 }
 
-func indexReused(want []Entry, target Index, why string) error {
-	return fmt.Errorf("%w: source indices %d..%d are at or below the target's last index %d, and %s",
-		ErrIndexReused, want[0].Index, want[len(want)-1].Index, target, why)
+func indexReused(want []Entry, moved alreadyBelow, why string) error {
+	where := fmt.Sprintf("at or below the target's last index %d", moved.target)
+	if moved.gone > moved.target {
+		where = fmt.Sprintf("up to %d, which the source dropped during the step as moved below", moved.gone)
+	}
+	return fmt.Errorf("%w: source indices %d..%d are %s, and %s", ErrIndexReused, want[0].Index, want[len(want)-1].Index, where, why)
 }
 
 // holdsAboveBottom reports whether any layer from index from down to the one above the bottom holds
