@@ -186,8 +186,8 @@ type Step struct {
 // calls leaves every entry readable through Read (in one layer or both), and a re-run converges with no
 // duplicate and no loss. A concurrent drain of the same agent is no error: what it moved first, whether
 // the step sees it in the target or as gone from the source, is compared instead of appended again (a
-// conflict on the append itself re-runs the step), so the loser converges with nothing doubled. Entries a writer appends above the source's last index
-// during the step stay where they are. A step over layers that hold nothing returns at once with a zero
+// conflict on the append itself re-runs the step), so the loser converges with nothing doubled.
+// Entries a writer appends above the source's last index during the step stay where they are. A step over layers that hold nothing returns at once with a zero
 // Step.
 func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, error) {
 	if err := checkOplog(agent, mode); err != nil {
