@@ -12,9 +12,18 @@ import (
 // raceRounds is how many rounds a racing check runs: the harness's RaceRounds, or base.
 func (h Harness) raceRounds(base int) int {
 	if h.RaceRounds > 0 {
-		return h.RaceRounds
+		return quick(h.RaceRounds)
 	}
-	return base
+	return quick(base)
+}
+
+// quick is n, or a tenth of it (at least 1) under go test -short: the quick mode runs every check,
+// with fewer random cases.
+func quick(n int) int {
+	if testing.Short() {
+		return max(1, n/10)
+	}
+	return n
 }
 
 // testIsolation holds the checks of DESIGN §10 that concern what one caller can see of another's

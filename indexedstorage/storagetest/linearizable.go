@@ -332,6 +332,7 @@ func testLinearizable(t *testing.T, h Harness) {
 	if histories == 0 {
 		histories = 200
 	}
+	histories = quick(histories)
 	seed := modelSeed(t)
 	for n := range histories {
 		ops, err := f.history(n, seed+uint64(n))

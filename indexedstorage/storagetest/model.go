@@ -116,6 +116,7 @@ func testModel(t *testing.T, h Harness) {
 		if cases == 0 {
 			cases = 2000
 		}
+		cases = quick(cases)
 		for i := range cases {
 			for range m.rng.IntN(3) {
 				m.mutate()
@@ -156,6 +157,7 @@ func testModel(t *testing.T, h Harness) {
 		if walks == 0 {
 			walks = 500
 		}
+		walks = quick(walks)
 		for w := range walks {
 			for range m.rng.IntN(12) {
 				m.mutate()

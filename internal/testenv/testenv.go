@@ -192,3 +192,12 @@ func WithQuery(tb testing.TB, raw, name, value string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// SkipIfShort skips a test that costs minutes (a process crash loop, a black-holed store, a load run)
+// under `go test -short`, the quick mode; CI runs the full suite.
+func SkipIfShort(tb testing.TB, what string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("-short: skipping %s (the full run does it)", what)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/stratalog/strata/backends/fsblob"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/faultproxy"
+	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/oplogtest"
@@ -48,6 +49,7 @@ var (
 )
 
 func TestBlackHole_TheDeadlineAndTheGraceBoundAStoreThatNeverAnswers(t *testing.T) {
+	testenv.SkipIfShort(t, "a store black-holed behind a proxy")
 	bin, err := strataproc.Build(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
