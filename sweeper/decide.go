@@ -41,6 +41,9 @@ const (
 	ReasonShutdown      Reason = "shutdown"
 )
 
+// Reasons lists every Reason: the reason label's values of oplog_sweep_truncated_total.
+var Reasons = []Reason{ReasonScanBudget, ReasonArchiveBudget, ReasonDeadline, ReasonShutdown}
+
 // Assignment is the executor's current shard assignment.
 type Assignment struct {
 	ShardCount int       // how many shards the cluster has

@@ -3,6 +3,7 @@ package sweeper_test
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/stratalog/strata/internal/latency"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 )
@@ -86,8 +88,10 @@ func TestMetrics_NamesLabelsAndCountsReadBack(t *testing.T) {
 	if _, ok := gauges["oplog_sweep_tracked_agents"]; !ok {
 		t.Fatalf("no oplog_sweep_tracked_agents gauge: %v", gauges)
 	}
-	if len(truncated) != 0 {
-		t.Fatalf("untruncated ticks counted as truncated: %v", truncated)
+	for reason, n := range truncated {
+		if n != 0 {
+			t.Fatalf("untruncated ticks counted as truncated: %s = %d (all: %v)", reason, n, truncated)
+		}
 	}
 }
 
@@ -177,4 +181,72 @@ func TestSweeperImportsNoBackend(t *testing.T) {
 			t.Fatalf("sweeper depends on %s", dep)
 		}
 	}
+}
+
+func TestMetrics_CountersAtZeroBeforeAnyTick(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) {
+		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	}))
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range s.DataPoints {
+					k := m.Name
+					for _, kv := range p.Attributes.ToSlice() {
+						k += " " + string(kv.Key) + "=" + kv.Value.AsString()
+					}
+					got[k] = p.Value
+				}
+			}
+		}
+	}
+	var want []string
+	if len(e.sw.Routes()) == 0 {
+		t.Fatal("no routes")
+	}
+	for _, r := range e.sw.Routes() {
+		for _, o := range sweeper.Outcomes {
+			want = append(want, "oplog_sweep_outcome outcome="+string(o)+" route="+r.Name)
+		}
+		want = append(want, "oplog_sweep_moved_entries route="+r.Name)
+	}
+	for _, reason := range sweeper.Reasons {
+		want = append(want, "oplog_sweep_truncated reason="+string(reason))
+	}
+	for _, k := range want {
+		if v, ok := got[k]; !ok || v != 0 {
+			t.Errorf("%s = %d (present %v), want 0 before any tick", k, v, ok)
+		}
+	}
+}
+
+func TestMetrics_TickHistogramHasSecondBuckets(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) {
+		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	}))
+	e.tick()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "oplog_sweep_tick" {
+				for _, p := range h.DataPoints {
+					if !slices.Equal(p.Bounds, latency.Buckets()) {
+						t.Fatalf("tick bounds %v, want the shared second buckets %v", p.Bounds, latency.Buckets())
+					}
+				}
+				return
+			}
+		}
+	}
+	t.Fatal("no oplog_sweep_tick histogram")
 }

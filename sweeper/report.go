@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/stratalog/strata/internal/latency"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -193,8 +194,10 @@ func (s *Sweeper) logStandDown(rep Report) {
 }
 
 // instruments are the sweep's metrics. Names are Prometheus names once exported:
-// oplog_sweep_outcome_total{route,outcome}, oplog_sweep_tick_seconds, oplog_sweep_truncated_total{reason},
-// oplog_sweep_tracked_agents and oplog_sweep_deadline_hits.
+// oplog_sweep_outcome_total{route,outcome}, oplog_sweep_tick_seconds (buckets of internal/latency),
+// oplog_sweep_truncated_total{reason}, oplog_sweep_moved_entries_total{route},
+// oplog_sweep_tracked_agents, oplog_sweep_deadline_hits, oplog_sweep_standing_down{reason} and
+// oplog_sweep_tick_age_seconds. Every route × outcome, route and reason is present at 0 from New.
 type instruments struct {
 	outcome   metric.Int64Counter
 	tick      metric.Float64Histogram
@@ -215,9 +218,7 @@ func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
 		metric.WithDescription("Keys the sweep decided, by route and outcome. archived climbing on a healthy cluster means teardown drains are being lost.")); err != nil {
 		return nil, err
 	}
-	if m.tick, err = meter.Float64Histogram("oplog_sweep_tick", metric.WithUnit("s"),
-		metric.WithDescription("Duration of sweep ticks."),
-		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120)); err != nil {
+	if m.tick, err = meter.Float64Histogram("oplog_sweep_tick", latency.Histogram("Duration of sweep ticks.")...); err != nil {
 		return nil, err
 	}
 	if m.truncated, err = meter.Int64Counter("oplog_sweep_truncated",
@@ -227,6 +228,18 @@ func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
 	if m.moved, err = meter.Int64Counter("oplog_sweep_moved_entries",
 		metric.WithDescription("Oplog entries the sweep moved to lower layers.")); err != nil {
 		return nil, err
+	}
+	// Every known label value at 0 from the start: a rate() or an alert over these series works before
+	// the first event instead of seeing no series at all.
+	ctx := context.Background()
+	for _, r := range s.routes {
+		for _, o := range Outcomes {
+			m.outcome.Add(ctx, 0, metric.WithAttributes(attribute.String("route", r.Name), attribute.String("outcome", string(o))))
+		}
+		m.moved.Add(ctx, 0, metric.WithAttributes(attribute.String("route", r.Name)))
+	}
+	for _, reason := range Reasons {
+		m.truncated.Add(ctx, 0, metric.WithAttributes(attribute.String("reason", string(reason))))
 	}
 	tracked, err := meter.Int64ObservableGauge("oplog_sweep_tracked_agents",
 		metric.WithDescription("Agents in the sweep's tracking table."))
