@@ -16,9 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
@@ -26,6 +23,7 @@ import (
 	"github.com/stratalog/strata/backends"
 	"github.com/stratalog/strata/config"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/telemetry"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
 	"github.com/stratalog/strata/sweeper"
@@ -68,13 +66,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 		}
 	}()
 
-	registry := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+	if s.provider, s.metrics, err = telemetry.New(); err != nil {
+		return nil, err
 	}
-	s.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	s.metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 
 	st, err := backends.Open(ctx, cfg.Storage.URL)
 	if err != nil {
@@ -89,6 +83,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 	if s.blobs, err = backends.OpenBlob(ctx, cfg.Blob.URL); err != nil {
 		return nil, fmt.Errorf("blob.url: %w", err)
 	}
+	s.blobs = archive.InstrumentBlobs(s.blobs, s.provider)
 	if s.schedules, err = backends.OpenSchedule(ctx, cfg.Schedule.URL); err != nil {
 		return nil, fmt.Errorf("schedule.url: %w", err)
 	}
