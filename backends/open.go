@@ -17,6 +17,7 @@ import (
 	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/backends/sqlite"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/oplog/schedule"
 )
 
@@ -31,8 +32,10 @@ var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresq
 //	postgres://user@host:5432/db?…     any libpq URL, plus schema= and max_concurrent_ops=
 //	redis://host:6379/0?prefix=…       one Redis node, keys under prefix
 //
-// An unknown scheme or a malformed URL is an error that says what was expected.
-func Open(ctx context.Context, rawURL string) (is.Storage, error) {
+// An unknown scheme or a malformed URL is an error that says what was expected. No error echoes a
+// secret of the URL (a driver's may: it is redacted).
+func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
+	defer func() { err = redact.Error(err) }()
 	u, err := parse("storage", rawURL)
 	if err != nil {
 		return nil, err
@@ -99,7 +102,8 @@ var ScheduleSchemes = []string{"memory", "sqlite", "postgres", "postgresql"}
 //	memory://                          in-process, nothing kept
 //	sqlite:///abs/file.db, sqlite:rel  a table in a SQLite file (it may be the storage's file)
 //	postgres://…?schema=…              a table in PostgreSQL
-func OpenSchedule(ctx context.Context, rawURL string) (schedule.Store, error) {
+func OpenSchedule(ctx context.Context, rawURL string) (_ schedule.Store, err error) {
+	defer func() { err = redact.Error(err) }()
 	u, err := parse("schedule store", rawURL)
 	if err != nil {
 		return nil, err
@@ -131,22 +135,22 @@ func parse(what, rawURL string) (*url.URL, error) {
 		if errors.As(err, &urlErr) {
 			err = urlErr.Err
 		}
-		return nil, fmt.Errorf("%s URL %q: %w", what, redact(rawURL), err)
+		return nil, fmt.Errorf("%s URL %q: %w", what, redacted(rawURL), err)
 	}
 	return u, nil
 }
 
 func unknownScheme(what, rawURL, scheme string, known []string) error {
 	if scheme == "" {
-		return fmt.Errorf("%s URL %q has no scheme; want one of %s", what, redact(rawURL), strings.Join(known, ", "))
+		return fmt.Errorf("%s URL %q has no scheme; want one of %s", what, redacted(rawURL), strings.Join(known, ", "))
 	}
-	return fmt.Errorf("%s URL %q: unknown scheme %q; want one of %s", what, redact(rawURL), scheme, strings.Join(known, ", "))
+	return fmt.Errorf("%s URL %q: unknown scheme %q; want one of %s", what, redacted(rawURL), scheme, strings.Join(known, ", "))
 }
 
 // bare checks a memory:// URL carries nothing else.
 func bare(u *url.URL) error {
 	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.Opaque != "" || u.RawQuery != "" {
-		return fmt.Errorf("URL %q: memory takes no host, path or parameters: use memory://", u.Redacted())
+		return fmt.Errorf("URL %q: memory takes no host, path or parameters: use memory://", redacted(u.String()))
 	}
 	return nil
 }
@@ -156,24 +160,16 @@ func filePath(u *url.URL) (string, error) {
 	usage := fmt.Sprintf("use %[1]s:///absolute/path or %[1]s:relative/path", u.Scheme)
 	switch {
 	case u.RawQuery != "":
-		return "", fmt.Errorf("storage URL %q: %s takes no parameters", u.Redacted(), u.Scheme)
+		return "", fmt.Errorf("storage URL %q: %s takes no parameters", redacted(u.String()), u.Scheme)
 	case u.Opaque != "":
 		return u.Opaque, nil
 	case u.Host != "" && u.Host != "localhost":
-		return "", fmt.Errorf("storage URL %q names host %q: %s", u.Redacted(), u.Host, usage)
+		return "", fmt.Errorf("storage URL %q names host %q: %s", redacted(u.String()), u.Host, usage)
 	case u.Path == "" || u.Path == "/":
-		return "", errors.New("storage URL " + u.Redacted() + " has no path: " + usage)
+		return "", errors.New("storage URL " + redacted(u.String()) + " has no path: " + usage)
 	}
 	return u.Path, nil
 }
 
-// redact hides a password in a URL that may be echoed in an error.
-func redact(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil {
-		return u.Redacted()
-	}
-	if i := strings.Index(rawURL, "@"); i >= 0 {
-		return "…" + rawURL[i:]
-	}
-	return rawURL
-}
+// redacted hides the secrets of a URL that may be echoed in an error.
+func redacted(rawURL string) string { return redact.URL(rawURL) }

@@ -1,9 +1,10 @@
 package config
 
 import (
+	redactpkg "github.com/stratalog/strata/internal/redact"
+
 	"errors"
 	"fmt"
-	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -407,22 +408,6 @@ func showTOML(s *spec, raw any) string {
 	return fmt.Sprintf("a %T", raw)
 }
 
-// redact hides the password of a URL that may be echoed in an error. A URL that does not parse keeps
-// its scheme and loses everything up to its last @.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err == nil {
-		if u.User == nil {
-			return s
-		}
-		return u.Redacted()
-	}
-	at := strings.LastIndex(s, "@")
-	if at < 0 {
-		return s
-	}
-	if scheme, _, ok := strings.Cut(s, "://"); ok && len(scheme)+3 <= at {
-		return scheme + "://xxxxx" + s[at:]
-	}
-	return "xxxxx" + s[at:]
-}
+// redact hides the secrets of a value that may be echoed in an error: a URL's user-info password,
+// its secret query parameters, a keyword/value DSN's password.
+func redact(s string) string { return redactpkg.URL(s) }

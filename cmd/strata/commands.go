@@ -43,7 +43,7 @@ func loadConfig(path string) (config.Config, error) {
 	return config.Load(path, environ())
 }
 
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink) error {
 	fs, path := flags("run", stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -53,6 +53,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, cfg.Log.SlogLevel(), cfg.Log.Format)
+	out.use(log, cfg.Log.Format)
 	sc, err := sidecar.Open(ctx, cfg, log)
 	if err != nil {
 		return err

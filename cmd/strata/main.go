@@ -18,7 +18,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+
+	"github.com/stratalog/strata/internal/redact"
 )
 
 const usage = `strata archives ephemeral oplogs down storage layers by sweeping the layers themselves.
@@ -55,12 +58,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	ctx, stop := signalContext(stderr)
+	out := &errorSink{w: stderr}
+	ctx, stop := signalContext(out)
 	defer stop()
 	var err error
 	switch args[0] {
 	case "run":
-		err = cmdRun(ctx, args[1:], stderr)
+		err = cmdRun(ctx, args[1:], stderr, out)
 	case "sweep":
 		err = cmdSweep(ctx, args[1:], stdout, stderr)
 	case "scan":
@@ -87,11 +91,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &usageErr):
-		fmt.Fprintf(stderr, "strata %s: %v\n", args[0], err)
+		out.fail(args[0], err)
 		return 2
 	}
-	fmt.Fprintf(stderr, "strata %s: %v\n", args[0], err)
+	out.fail(args[0], err)
 	return 1
+}
+
+// errorSink is where the process's own messages go (the error it exits with, the drain notice): plain
+// lines on stderr until a command has built its logger, then that logger, so that a JSON log stays
+// JSON to its last line. Every message is redacted: an error may echo a storage URL.
+type errorSink struct {
+	w   io.Writer
+	log atomic.Pointer[slog.Logger]
+}
+
+// use makes log, when it writes JSON, the sink of the messages that follow.
+func (s *errorSink) use(log *slog.Logger, format string) {
+	if format == "json" {
+		s.log.Store(log)
+	}
+}
+
+// notice writes a line of the process's own.
+func (s *errorSink) notice(line string) {
+	if log := s.log.Load(); log != nil {
+		log.Warn(line)
+		return
+	}
+	fmt.Fprintln(s.w, redact.String(line))
+}
+
+// fail writes the error the command exits with.
+func (s *errorSink) fail(command string, err error) {
+	if log := s.log.Load(); log != nil {
+		log.Error("strata "+command+" failed", "err", err)
+		return
+	}
+	fmt.Fprintln(s.w, redact.String("strata "+command+": "+err.Error()))
 }
 
 type usageError struct{ msg string }
@@ -100,7 +137,7 @@ func (e *usageError) Error() string { return e.msg }
 
 // signalContext is cancelled by the first SIGINT or SIGTERM, so that work drains; a second signal exits
 // at once.
-func signalContext(stderr io.Writer) (context.Context, func()) {
+func signalContext(out *errorSink) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -110,10 +147,10 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 		case <-ctx.Done():
 			return
 		}
-		fmt.Fprintln(stderr, "strata: draining (the agents under way get sweep.shutdown_grace to finish); signal again to exit now")
+		out.notice("strata: draining (the agents under way get sweep.shutdown_grace to finish); signal again to exit now")
 		cancel()
 		<-sigs
-		fmt.Fprintln(stderr, "strata: exiting now")
+		out.notice("strata: exiting now")
 		os.Exit(130)
 	}()
 	return ctx, func() { signal.Stop(sigs); cancel() }
@@ -123,7 +160,7 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(redact.Handler(slog.NewTextHandler(w, opts)))
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 )
@@ -209,12 +210,19 @@ func (s *Sidecar) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
 }
 
+// writeJSON answers v as JSON, every secret in it (a URL or an error that echoes one) redacted.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // a URL's & stays an &, so redaction sees where a query value ends
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		status, buf = http.StatusInternalServerError, strings.Builder{}
+		fmt.Fprintf(&buf, "{\"error\": %q}\n", "encoding the answer: "+err.Error())
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client may have gone; nothing to do about it
+	_, _ = io.WriteString(w, redact.String(buf.String())) // the client may have gone; nothing to do about it
 }
 
 // ReportJSON is a tick's report as the API and `strata sweep --json` show it.

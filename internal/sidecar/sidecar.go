@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/stratalog/strata/backends"
 	"github.com/stratalog/strata/config"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/internal/telemetry"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
@@ -58,6 +58,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 	if log == nil {
 		log = slog.Default()
 	}
+	// Every line the sidecar, the sweep and the scheduler log passes through redaction: a storage
+	// error may echo its connection string.
+	log = slog.New(redact.Handler(log.Handler()))
 	s := &Sidecar{cfg: cfg, log: log, now: time.Now}
 	s.baseCtx, s.baseCancel = context.WithCancel(context.Background())
 	defer func() {
@@ -72,7 +75,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 
 	st, err := backends.Open(ctx, cfg.Storage.URL)
 	if err != nil {
-		return nil, fmt.Errorf("storage.url: %w", err)
+		return nil, fmt.Errorf("storage.url: %w", redact.Error(err))
 	}
 	s.storage = is.Instrument(st, s.provider, "indexed")
 	if lim, ok := st.(*is.Limiter); ok {
@@ -81,11 +84,11 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 		}
 	}
 	if s.blobs, err = backends.OpenBlob(ctx, cfg.Blob.URL); err != nil {
-		return nil, fmt.Errorf("blob.url: %w", err)
+		return nil, fmt.Errorf("blob.url: %w", redact.Error(err))
 	}
 	s.blobs = archive.InstrumentBlobs(s.blobs, s.provider)
 	if s.schedules, err = backends.OpenSchedule(ctx, cfg.Schedule.URL); err != nil {
-		return nil, fmt.Errorf("schedule.url: %w", err)
+		return nil, fmt.Errorf("schedule.url: %w", redact.Error(err))
 	}
 	if s.stack, err = BuildStack(s.storage, s.blobs, cfg.Stack.CompressedLevels); err != nil {
 		return nil, err
@@ -201,7 +204,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	s.log.Info("strata is serving", "listen", ln.Addr().String(), "storage", redacted(s.cfg.Storage.URL),
+	s.log.Info("strata is serving", "listen", ln.Addr().String(), "storage", redact.URL(s.cfg.Storage.URL),
 		"sweep", s.cfg.Sweep.Enabled, "routes", len(s.sweeper.Routes()))
 
 	var wg sync.WaitGroup
@@ -277,11 +280,3 @@ func (s *Sidecar) Close() error {
 type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
-
-// redacted hides a password in a URL for logs.
-func redacted(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "(unparseable URL)"
-}

@@ -46,7 +46,7 @@ type Process struct {
 	stderr bytes.Buffer
 }
 
-var listenLine = regexp.MustCompile(`strata is serving.* listen=(127\.0\.0\.1:\d+)`)
+var listenLine = regexp.MustCompile(`strata is serving.*(?: listen=|"listen":")(127\.0\.0\.1:\d+)`) // text or JSON log
 
 // Start runs `bin run --config config` with env added to the test's environment and waits until it
 // serves. The process is killed when the test ends if it is still running.
