@@ -23,3 +23,17 @@ promtool --version | head -1
 
 promtool check rules deploy/prometheus/alerts.yaml
 promtool test rules deploy/prometheus/alerts_test.yaml
+
+# The dashboard's queries parse as PromQL: each becomes a recording rule promtool checks (JSON is YAML),
+# with Grafana's variables replaced by values.
+if ! command -v jq >/dev/null 2>&1; then
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >/dev/null
+fi
+rules="$(mktemp --suffix=.yaml)"
+trap 'rm -f "$rules"' EXIT
+jq '{groups: [{name: "dashboard", rules: ([.panels[].targets[]?.expr
+	| gsub("\\$__rate_interval"; "5m") | gsub("\\$instance"; ".*")]
+	| to_entries | map({record: "dashboard:query_\(.key)", expr: .value}))}]}' \
+	deploy/grafana/strata-dashboard.json >"$rules"
+echo "Checking the queries of deploy/grafana/strata-dashboard.json"
+promtool check rules "$rules"
