@@ -227,7 +227,7 @@ func TestBinary_TokenBodiesAndBadJSON(t *testing.T) {
 	if code, body := p.Call(t, "PUT", "/v1/assignment", "s3cret", `{"shard_count":`); code != http.StatusBadRequest || !strings.Contains(body, "bad JSON") {
 		t.Fatalf("malformed: %d %s", code, body)
 	}
-	_, status := p.Call(t, "GET", "/v1/status", "", "")
+	_, status := p.Call(t, "GET", "/v1/status", "s3cret", "")
 	if !strings.Contains(status, `"assignment": null`) {
 		t.Fatalf("refused writes changed the feed: %s", status)
 	}

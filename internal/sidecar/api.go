@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/stratalog/strata/config"
 	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
@@ -26,8 +29,12 @@ import (
 //	POST /v1/sweep       one tick now; its report
 //	GET  /v1/status      last report, passes, backoff, tracked agents, the feed
 //
-// Write endpoints take a bearer token when one is configured (always, when the listener is not a
-// loopback address); bodies are limited to http.max_body_bytes.
+// The write endpoints and GET /v1/status take a bearer token when one is configured (always, when the
+// listener is not a loopback address); the probes and /metrics never do. Bodies are JSON
+// (Content-Type application/json, or none: anything else is 415, so that a browser's form post cannot
+// reach them) limited to http.max_body_bytes. On a loopback listener a request must name a loopback
+// host (localhost, 127.0.0.0/8, ::1) or the listener's own in its Host header, else 421: a page whose
+// name an attacker rebinds to 127.0.0.1 cannot reach a token-less sidecar.
 func (s *Sidecar) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.metrics)
@@ -38,8 +45,49 @@ func (s *Sidecar) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/assignment", s.write(s.putAssignment))
 	mux.HandleFunc("PUT /v1/residency", s.write(s.putResidency))
 	mux.HandleFunc("POST /v1/sweep", s.write(s.postSweep))
-	mux.HandleFunc("GET /v1/status", s.getStatus)
-	return mux
+	mux.HandleFunc("GET /v1/status", s.authorized(s.getStatus))
+	return s.hostCheck(mux)
+}
+
+// hostCheck refuses, on a loopback listener, a request whose Host is not a loopback name or address
+// nor the host the listener was configured with or bound to. A listener off loopback needs the token
+// for everything but the probes and /metrics, which a rebound name gains nothing from.
+func (s *Sidecar) hostCheck(next http.Handler) http.Handler {
+	if !config.IsLoopback(s.cfg.HTTP.Listen) {
+		return next
+	}
+	allowed := map[string]bool{}
+	for _, addr := range []string{s.cfg.HTTP.Listen, s.boundAddr} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+			allowed[strings.ToLower(host)] = true
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host, allowed) {
+			writeJSON(w, http.StatusMisdirectedRequest, map[string]string{
+				"error": fmt.Sprintf("Host %q is not this loopback listener's: use localhost, a loopback address or %s", r.Host, s.cfg.HTTP.Listen)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether the Host header hostport names loopback (localhost, a 127.0.0.0/8 or
+// ::1 address) or one of allowed. Names are not resolved.
+func loopbackHost(hostport string, allowed map[string]bool) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "" {
+		return false
+	}
+	if host == "localhost" || allowed[host] {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // apiError is an error with the status it answers.
@@ -54,8 +102,8 @@ func badRequest(format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
 }
 
-// write wraps a write endpoint: the token, the body limit, and errors as JSON.
-func (s *Sidecar) write(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+// authorized wraps an endpoint that needs the token, when one is configured.
+func (s *Sidecar) authorized(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if token := s.cfg.HTTP.Token; token != "" {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -65,6 +113,17 @@ func (s *Sidecar) write(h func(w http.ResponseWriter, r *http.Request) error) ht
 				return
 			}
 		}
+		h(w, r)
+	}
+}
+
+// write wraps a write endpoint: the token, the body's Content-Type and limit, and errors as JSON.
+func (s *Sidecar) write(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	return s.authorized(func(w http.ResponseWriter, r *http.Request) {
+		if err := jsonContentType(r); err != nil {
+			writeJSON(w, http.StatusUnsupportedMediaType, map[string]string{"error": err.Error()})
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.HTTP.MaxBodyBytes)
 		if err := h(w, r); err != nil {
 			var ae *apiError
@@ -73,7 +132,21 @@ func (s *Sidecar) write(h func(w http.ResponseWriter, r *http.Request) error) ht
 			}
 			writeJSON(w, ae.status, map[string]string{"error": ae.msg})
 		}
+	})
+}
+
+// jsonContentType accepts a request with no Content-Type or application/json (any parameters): the
+// types a browser may send across origins without asking (text/plain, a form) are refused.
+func jsonContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
 	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return fmt.Errorf("Content-Type %q: want application/json", ct)
+	}
+	return nil
 }
 
 // decode reads one JSON object into v strictly: unknown fields, trailing data and an oversized body are
@@ -87,10 +160,18 @@ func decode(r *http.Request, v any) error {
 			err = errors.New("data after the JSON object")
 		}
 	}
+	return bodyError(err)
+}
+
+// bodyError is a body's decoding error as the API answers it.
+func bodyError(err error) error {
 	var tooLarge *http.MaxBytesError
+	var ae *apiError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &ae):
+		return err
 	case errors.As(err, &tooLarge):
 		return &apiError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body larger than %d bytes (http.max_body_bytes)", tooLarge.Limit)}
 	case errors.Is(err, io.EOF):
@@ -138,28 +219,89 @@ func (b assignmentBody) assignment(now time.Time) (sweeper.Assignment, error) {
 	return a, nil
 }
 
-type residencyBody struct {
-	Agents []string `json:"agents"`
-}
-
 func (s *Sidecar) putResidency(w http.ResponseWriter, r *http.Request) error {
-	var body residencyBody
-	if err := decode(r, &body); err != nil {
-		return err
+	// One feed at a time: each is the full set and replaces the last, so a second one arriving while
+	// one is read is refused (the executor's next PUT carries the newer set), and memory holds one set
+	// being read beside the one in force.
+	if !s.residencyPUT.TryLock() {
+		return &apiError{status: http.StatusConflict, msg: "another PUT /v1/residency is being read; retry"}
 	}
-	if body.Agents == nil {
-		return badRequest(`agents is required (an empty list means nothing is resident)`)
-	}
-	agents := make(map[oplog.AgentID]struct{}, len(body.Agents))
-	for i, key := range body.Agents {
-		a, err := oplog.ParseAgentKey(key)
-		if err != nil {
-			return badRequest("agents[%d]: %v", i, err)
-		}
-		agents[a] = struct{}{}
+	defer s.residencyPUT.Unlock()
+	agents, err := decodeResidency(r.Body)
+	if err != nil {
+		return bodyError(err)
 	}
 	s.feed.setResidency(agents)
 	writeJSON(w, http.StatusOK, s.feed.status().Residency)
+	return nil
+}
+
+// decodeResidency reads {"agents":["component:name",…]} token by token, into the set itself: no copy
+// of the body or of the list is held, so memory is the feed's (within http.max_body_bytes). Unknown
+// fields, a repeated "agents", a bad agent and data after the object are errors.
+func decodeResidency(body io.Reader) (map[oplog.AgentID]struct{}, error) {
+	dec := json.NewDecoder(body)
+	if err := expectDelim(dec, '{', "an object"); err != nil {
+		return nil, err
+	}
+	var agents map[oplog.AgentID]struct{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		switch key, _ := tok.(string); key {
+		case "agents":
+			if agents != nil {
+				return nil, badRequest(`bad JSON: "agents" given twice`)
+			}
+			if err := expectDelim(dec, '[', `"agents" as a list`); err != nil {
+				return nil, err
+			}
+			agents = map[oplog.AgentID]struct{}{}
+			for i := 0; dec.More(); i++ {
+				tok, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				str, ok := tok.(string)
+				if !ok {
+					return nil, badRequest("agents[%d]: want a string, got %v", i, tok)
+				}
+				a, err := oplog.ParseAgentKey(str)
+				if err != nil {
+					return nil, badRequest("agents[%d]: %v", i, err)
+				}
+				agents[a] = struct{}{}
+			}
+			if _, err := dec.Token(); err != nil { // ]
+				return nil, err
+			}
+		default:
+			return nil, badRequest("bad JSON: json: unknown field %q", key)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return nil, err
+	}
+	if _, extra := dec.Token(); extra != io.EOF {
+		return nil, badRequest("bad JSON: data after the JSON object")
+	}
+	if agents == nil {
+		return nil, badRequest(`agents is required (an empty list means nothing is resident)`)
+	}
+	return agents, nil
+}
+
+// expectDelim reads the next token and fails unless it is delim.
+func expectDelim(dec *json.Decoder, delim json.Delim, want string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != delim {
+		return badRequest("bad JSON: want %s, got %v", want, tok)
+	}
 	return nil
 }
 

@@ -44,6 +44,11 @@ type Sidecar struct {
 	metrics   http.Handler
 	provider  *sdkmetric.MeterProvider
 
+	// residencyPUT is held while a PUT /v1/residency is read: one at a time.
+	residencyPUT sync.Mutex
+	// boundAddr is the address Serve's listener bound, which the Host check also allows.
+	boundAddr string
+
 	// baseCtx bounds work the API starts (POST /v1/sweep): cancelled when Run's context is.
 	baseCtx    context.Context
 	baseCancel context.CancelFunc
@@ -201,6 +206,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("http.listen %s is not a loopback address and http.token is empty: refusing to serve writes without a token", ln.Addr())
 	}
+	s.boundAddr = ln.Addr().String()
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

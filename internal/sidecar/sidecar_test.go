@@ -198,7 +198,7 @@ func TestAPI_WritesNeedTheTokenOnANonLoopbackListener(t *testing.T) {
 			t.Fatalf("sweep with token %q: %d", tok, code)
 		}
 	}
-	if code, status := call(t, srv, "GET", "/v1/status", "", nil); code != 200 || status["feed"].(map[string]any)["assignment"] != nil {
+	if code, status := call(t, srv, "GET", "/v1/status", "s3cret", nil); code != 200 || status["feed"].(map[string]any)["assignment"] != nil {
 		t.Fatalf("an unauthorized write changed the assignment: %v", status["feed"])
 	}
 	if code, _ := call(t, srv, "PUT", "/v1/assignment", "s3cret", body()); code != 200 {
