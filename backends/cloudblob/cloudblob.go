@@ -1,0 +1,288 @@
+// Package cloudblob is an archive.BlobStore on object storage through gocloud.dev/blob: Amazon S3 and
+// any S3-protocol server (s3://), Google Cloud Storage (gs://), Azure Blob Storage (azblob://) and
+// gocloud's in-process driver (mem://).
+//
+// A local directory is not opened through gocloud's fileblob: backends.OpenBlob gives file:/// and
+// fs: to backends/fsblob, because fileblob cannot hold a 255-byte segment (its temporary file is the
+// target's name plus a suffix, too long for the file system), does not fsync the file or directory
+// before the archive step drops the layer above, lists its own temporary files when they sit beside
+// the target (no_tmp_dir) and otherwise renames across file systems from os.TempDir. New accepts any
+// bucket, fileblob's included, for a caller who wants it anyway.
+//
+// A blob path is the object's key as it is, under the URL's prefix: archive.ValidateBlobPath admits
+// only segments of [A-Za-z0-9%._-] that do not start with '.', so no key needs a driver's escaping and
+// the objects in the bucket have the names docs/storage-format.md gives. What the archive needs of a
+// store holds on every driver:
+//
+//   - a reader never sees part of a Put: S3 (PutObject, or CompleteMultipartUpload above the part
+//     size), GCS and Azure make an object visible only once its upload completes, and memblob swaps
+//     the whole byte slice in when the writer closes; a Put whose context is cancelled part way
+//     leaves the old object, never a prefix of the new one;
+//   - Delete of a missing blob is nil (gocloud reports NotFound; S3 would not even say);
+//   - a Put of the same bytes to the same path is a replacement with identical content.
+//
+// Errors: a missing blob is archive.ErrBlobNotFound; what a retry may cure — a network failure, a
+// timeout, a 5xx, throttling (429, S3's SlowDown) — is marked indexedstorage.ErrTransient; anything
+// else (permission denied, a bucket that does not exist, a bad argument) is returned as permanent.
+package cloudblob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/aws/smithy-go"
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/azureblob" // azblob://
+	_ "gocloud.dev/blob/gcsblob"   // gs://
+	_ "gocloud.dev/blob/memblob"   // mem://
+	_ "gocloud.dev/blob/s3blob"    // s3://
+	"gocloud.dev/gcerrors"
+	"google.golang.org/api/googleapi"
+
+	"github.com/stratalog/strata/archive"
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// Schemes lists the URL schemes Open understands.
+var Schemes = []string{"s3", "gs", "azblob", "mem"}
+
+// Store is a blob store on one gocloud bucket.
+type Store struct {
+	bucket *blob.Bucket
+	name   string // the URL, redacted, for errors
+	closed atomic.Bool
+}
+
+var _ archive.BlobStore = (*Store)(nil)
+
+// Open opens the bucket rawURL names, as gocloud's URL openers do, with one addition: for s3://, gs://
+// and azblob:// the URL's path is a key prefix, so s3://bucket/strata/prod keeps every blob under
+// "strata/prod/" (gocloud's own ?prefix= still works, and is used as it is). For example:
+//
+//	s3://bucket/prefix?region=us-east-1
+//	s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1&use_path_style=true
+//	gs://bucket/prefix
+//	azblob://container/prefix
+//	mem://
+//
+// Query parameters are gocloud's (for s3: region, endpoint, use_path_style, disable_https, profile,
+// anonymous, ...); credentials come from the environment as each SDK reads it. An unknown parameter is
+// an error. Opening does not contact the server: a wrong bucket or credentials fail on first use.
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return nil, fmt.Errorf("cloudblob: blob store URL %q: %w", Redact(rawURL), err)
+	}
+	name := Redact(rawURL)
+	var prefix string
+	switch u.Scheme {
+	case "s3", "gs", "azblob":
+		if u.Host == "" {
+			return nil, fmt.Errorf("cloudblob: blob store URL %q names no bucket: use %s://bucket[/prefix]", name, u.Scheme)
+		}
+		prefix = strings.Trim(u.Path, "/")
+		if prefix != "" {
+			if err := archive.ValidateBlobPath(prefix, true); err != nil {
+				return nil, fmt.Errorf("cloudblob: blob store URL %q: key prefix %q: %w", name, prefix, err)
+			}
+			prefix += "/"
+		}
+		u.Path, u.RawPath = "", ""
+	case "mem":
+	default:
+		return nil, fmt.Errorf("cloudblob: blob store URL %q: unknown scheme %q; want one of %s", name, u.Scheme, strings.Join(Schemes, ", "))
+	}
+	bucket, err := blob.OpenBucket(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("cloudblob: open %s: %w", name, classify(err))
+	}
+	if prefix != "" {
+		bucket = blob.PrefixedBucket(bucket, prefix)
+	}
+	return &Store{bucket: bucket, name: name}, nil
+}
+
+// New returns a Store on a bucket the caller opened (for a driver's options a URL cannot express).
+// The Store owns the bucket: Close closes it.
+func New(bucket *blob.Bucket, name string) *Store { return &Store{bucket: bucket, name: name} }
+
+// Bucket is the gocloud bucket under the store, for tests and tools.
+func (s *Store) Bucket() *blob.Bucket { return s.bucket }
+
+var errClosed = is.Classify(is.ErrClosed, errors.New("cloudblob: store is closed"))
+
+func (s *Store) check(path string, isPrefix bool) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	return archive.ValidateBlobPath(path, isPrefix)
+}
+
+// writeOptions fix the content type, so that gocloud does not buffer the first 512 bytes to sniff one,
+// and disable buffering beyond what the driver needs.
+var writeOptions = &blob.WriterOptions{ContentType: "application/octet-stream"}
+
+// Put uploads data as one object. The object appears whole when the upload completes; a failed or
+// cancelled upload leaves what was there before.
+func (s *Store) Put(ctx context.Context, path string, data []byte) error {
+	if err := s.check(path, false); err != nil {
+		return err
+	}
+	if err := s.bucket.WriteAll(ctx, path, data, writeOptions); err != nil {
+		return fmt.Errorf("cloudblob: put %s in %s: %w", path, s.name, classify(err))
+	}
+	return nil
+}
+
+func (s *Store) Get(ctx context.Context, path string) ([]byte, error) {
+	if err := s.check(path, false); err != nil {
+		return nil, err
+	}
+	data, err := s.bucket.ReadAll(ctx, path)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return nil, fmt.Errorf("%w: %s", archive.ErrBlobNotFound, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cloudblob: get %s from %s: %w", path, s.name, classify(err))
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
+}
+
+// Delete removes the object; a missing one is not an error.
+func (s *Store) Delete(ctx context.Context, path string) error {
+	if err := s.check(path, false); err != nil {
+		return err
+	}
+	err := s.bucket.Delete(ctx, path)
+	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("cloudblob: delete %s from %s: %w", path, s.name, classify(err))
+	}
+	return nil
+}
+
+// List pages through every key under prefix (no delimiter: a flat listing) and returns them in
+// ascending byte order, whatever order the service used.
+func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := s.check(prefix, true); err != nil {
+		return nil, err
+	}
+	var paths []string
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if err != nil {
+			if err == io.EOF {
+				break
+			}
+			return nil, fmt.Errorf("cloudblob: list %q in %s: %w", prefix, s.name, classify(err))
+		}
+		if obj.IsDir || archive.ValidateBlobPath(obj.Key, false) != nil {
+			// Not ours: a "directory" marker or an object some other tool wrote, which no blob
+			// path can name.
+			continue
+		}
+		paths = append(paths, obj.Key)
+	}
+	slices.Sort(paths)
+	return paths, nil
+}
+
+// Close closes the bucket; later calls fail with indexedstorage.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.bucket.Close()
+}
+
+// classify marks err as transient when a retry may cure it. A caller's cancellation stays as it is.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.DeadlineExceeded, gcerrors.ResourceExhausted, gcerrors.Internal:
+		return is.Classify(is.ErrTransient, err)
+	case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.FailedPrecondition,
+		gcerrors.AlreadyExists, gcerrors.Unimplemented:
+		return err
+	}
+	if transientStatus(err) {
+		return is.Classify(is.ErrTransient, err)
+	}
+	if c, ok := is.ClassifyCommon(err); ok {
+		return c
+	}
+	return err
+}
+
+// transientStatus reports an HTTP status or service error code that a retry may cure: 408, 429, 5xx,
+// or one of the throttling and internal-error codes the object stores name.
+func transientStatus(err error) bool {
+	status := 0
+	var withStatus interface{ HTTPStatusCode() int } // smithy-go (AWS SDK v2) response errors
+	var azErr *azcore.ResponseError
+	var gErr *googleapi.Error
+	switch {
+	case errors.As(err, &withStatus):
+		status = withStatus.HTTPStatusCode()
+	case errors.As(err, &azErr):
+		status = azErr.StatusCode
+	case errors.As(err, &gErr):
+		status = gErr.Code
+	}
+	if status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 {
+		return true
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode() {
+		case "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeoutException",
+			"InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequestsException":
+			return true
+		}
+	}
+	return false
+}
+
+// Redact hides secrets a blob store URL may carry: the user-info's password and the query values of
+// parameters that hold keys or tokens.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if i := strings.Index(rawURL, "@"); i >= 0 {
+			return "…" + rawURL[i:]
+		}
+		if i := strings.IndexByte(rawURL, '?'); i >= 0 {
+			return rawURL[:i] + "?…"
+		}
+		return rawURL
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			lk := strings.ToLower(k)
+			if strings.Contains(lk, "secret") || strings.Contains(lk, "password") || strings.Contains(lk, "token") ||
+				strings.Contains(lk, "key") && lk != "kmskeyid" || strings.Contains(lk, "sig") || strings.Contains(lk, "credential") {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,101 @@
+// Package s3local is an S3-protocol server on loopback for tests and CI: gofakes3 on an in-memory
+// backend, served over plain HTTP. It accepts any credentials and keeps nothing on disk. Nothing in
+// the library or the sidecar imports it; tests start it in process (Start) and CI runs its command,
+// internal/s3local/cmd/s3local, from .ci/services.d/s3.sh.
+package s3local
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+// Server is a running S3-protocol server.
+type Server struct {
+	backend *s3mem.Backend
+	srv     *http.Server
+	ln      net.Listener
+	done    chan error
+}
+
+// Handler returns the S3 API on a fresh in-memory backend with buckets created, and the backend (to
+// create more buckets). With autoBucket, a request to a bucket that does not exist creates it, so each
+// test can use a bucket of its own without a CreateBucket call.
+func Handler(autoBucket bool, buckets ...string) (http.Handler, *s3mem.Backend, error) {
+	backend := s3mem.New()
+	for _, b := range buckets {
+		if err := backend.CreateBucket(b); err != nil {
+			return nil, nil, fmt.Errorf("s3local: create bucket %q: %w", b, err)
+		}
+	}
+	// No time-skew limit: the tests' clock is the server's clock, and a slow CI host must not turn
+	// signed requests into RequestTimeTooSkewed.
+	faker := gofakes3.New(backend, gofakes3.WithAutoBucket(autoBucket), gofakes3.WithTimeSkewLimit(0))
+	return faker.Server(), backend, nil
+}
+
+// Start serves the S3 API on addr (host:port; port 0 picks one), which must be a loopback address.
+func Start(addr string, autoBucket bool, buckets ...string) (*Server, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("s3local: %w", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("s3local: %q is not a loopback address", host)
+	}
+	h, backend, err := Handler(autoBucket, buckets...)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("s3local: %w", err)
+	}
+	s := &Server{backend: backend, ln: ln, done: make(chan error, 1),
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return s, nil
+}
+
+// Endpoint is the server's base URL, http://127.0.0.1:PORT.
+func (s *Server) Endpoint() string { return "http://" + s.ln.Addr().String() }
+
+// Backend is the in-memory store behind the server.
+func (s *Server) Backend() *s3mem.Backend { return s.backend }
+
+// BucketURL is a blob store URL (for backends.OpenBlob and config blob.url) naming bucket on this
+// server, with prefix (may be empty) as its key prefix.
+func (s *Server) BucketURL(bucket, prefix string) string { return BucketURL(s.Endpoint(), bucket, prefix) }
+
+// BucketURL is the s3:// URL of bucket/prefix on the S3-protocol server at endpoint, with what a
+// local server needs: the endpoint, a region, path-style addressing.
+func BucketURL(endpoint, bucket, prefix string) string {
+	q := url.Values{}
+	q.Set("endpoint", endpoint)
+	q.Set("region", "us-east-1")
+	q.Set("use_path_style", "true")
+	u := url.URL{Scheme: "s3", Host: bucket, RawQuery: q.Encode()}
+	if prefix != "" {
+		u.Path = "/" + prefix
+	}
+	return u.String()
+}
+
+// Wait blocks until the server stops and returns why.
+func (s *Server) Wait() error { return <-s.done }
+
+// Close stops the server.
+func (s *Server) Close() error { return s.srv.Close() }
+
