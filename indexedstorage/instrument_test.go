@@ -13,6 +13,7 @@ import (
 
 	"github.com/stratalog/strata/backends/memory"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/latency"
 )
 
 func TestInstrument_RecordsLatencyAndErrorsPerOperation(t *testing.T) {
@@ -171,4 +172,27 @@ func TestErrorKinds_ListsEveryKindErrorKindReturns(t *testing.T) {
 			t.Errorf("ErrorKind(%v) = %q, not in ErrorKinds %v", err, k, is.ErrorKinds)
 		}
 	}
+}
+
+func TestWithLimiterMetrics_WaitsInSecondBuckets(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	st := is.Limit(memory.New(), 1, is.WithLimiterMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), "indexed"))
+	if err := st.Append(t.Context(), "ns", "k", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "strata_storage_limiter_wait_duration" && m.Unit == "s" {
+				if len(h.DataPoints) != 1 || !slices.Equal(h.DataPoints[0].Bounds, latency.Buckets()) {
+					t.Fatalf("limiter wait points %+v, want one on the shared second buckets", h.DataPoints)
+				}
+				return
+			}
+		}
+	}
+	t.Fatal("no strata_storage_limiter_wait_duration histogram in seconds")
 }

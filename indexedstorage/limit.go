@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/stratalog/strata/internal/latency"
 )
 
 // Limiter is a Storage that lets at most n operations of its inner Storage run at once, across every
@@ -46,12 +48,12 @@ type LimiterStats struct {
 // LimitOption configures Limit.
 type LimitOption func(*Limiter)
 
-// WithLimiterMetrics records every wait for a slot in the histogram strata.storage.limiter.wait
-// (seconds; Prometheus strata_storage_limiter_wait_seconds) labelled storage=name.
+// WithLimiterMetrics records every wait for a slot in the histogram
+// strata_storage_limiter_wait_duration_seconds (the buckets of internal/latency) labelled storage=name.
 func WithLimiterMetrics(mp metric.MeterProvider, name string) LimitOption {
 	return func(l *Limiter) {
-		h, err := mp.Meter(meterName).Float64Histogram("strata.storage.limiter.wait",
-			metric.WithUnit("s"), metric.WithDescription("Time an operation waited for a storage concurrency slot."))
+		h, err := mp.Meter(meterName).Float64Histogram("strata_storage_limiter_wait_duration",
+			latency.Histogram("Time an operation waited for a storage concurrency slot.")...)
 		if err != nil {
 			otel.Handle(err)
 			return
