@@ -323,7 +323,7 @@ func (s *Sidecar) getStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"sweep": map[string]any{
 			"enabled":           s.cfg.Sweep.Enabled,
-			"routes":            s.sweeper.Routes(),
+			"routes":            routesJSON(s.sweeper.Routes()),
 			"current":           current,
 			"last":              ReportJSON(st.Last),
 			"passes":            st.Passes,
@@ -390,6 +390,15 @@ func ReportJSON(rep sweeper.Report) map[string]any {
 		"deadline_hits": rep.DeadlineHits, "next_wait_seconds": rep.NextWait.Seconds(), "tracked_agents": rep.Tracked,
 		"routes": routes,
 	}
+}
+
+// routesJSON is the sweep's routes as /v1/status shows them, in snake_case like every other key.
+func routesJSON(routes []sweeper.Route) []map[string]any {
+	out := make([]map[string]any, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, map[string]any{"name": r.Name, "mode": r.Mode, "level": r.Level, "source": r.Source, "target": r.Target})
+	}
+	return out
 }
 
 // orEmpty shows a nil list as [] rather than null.

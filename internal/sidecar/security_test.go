@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -200,5 +201,40 @@ func TestAPI_ResidencyIsDecodedAsAStream(t *testing.T) {
 		if rec.Code != 400 || !strings.Contains(rec.Body.String(), c.says) {
 			t.Errorf("%s: %d %s, want 400 saying %q", c.body, rec.Code, rec.Body.String(), c.says)
 		}
+	}
+}
+
+// Every key /v1/status answers is snake_case, in every nested object; the maps keyed by data (a route
+// name, an outcome) are exempt.
+func TestAPI_StatusKeysAreSnakeCase(t *testing.T) {
+	s, srv, _ := testSidecar(t, nil)
+	strand(t, s, "snake", 2)
+	call(t, srv, "PUT", "/v1/assignment", "", jsonBody(map[string]any{"shard_count": 1, "shards": []int{0}, "lease_seconds": 60}))
+	call(t, srv, "PUT", "/v1/residency", "", jsonBody(map[string]any{"agents": []string{}}))
+	call(t, srv, "POST", "/v1/sweep", "", nil)
+	_, status := call(t, srv, "GET", "/v1/status", "", nil)
+	snake := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if !snake.MatchString(k) {
+					t.Errorf("%s.%s is not snake_case", path, k)
+				}
+				if k == "passes" || k == "outcomes" {
+					continue
+				}
+				walk(path+"."+k, x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(path+"[]", x)
+			}
+		}
+	}
+	walk("status", status)
+	if routes, _ := status["sweep"].(map[string]any)["routes"].([]any); len(routes) == 0 {
+		t.Fatalf("no routes in the status: %v", status)
 	}
 }
