@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/cloudblob"
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/backends/multisqlite"
@@ -67,19 +68,29 @@ func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
 }
 
 // BlobSchemes lists the URL schemes OpenBlob understands.
-var BlobSchemes = []string{"fs", "memory"}
+var BlobSchemes = []string{"fs", "file", "memory", "s3", "gs", "azblob", "mem"}
 
 // OpenBlob returns the blob store rawURL names:
 //
-//	fs:///abs/dir, fs:relative/dir   a directory on the local filesystem (created if missing)
-//	memory://                         in-process, nothing kept
-func OpenBlob(_ context.Context, rawURL string) (archive.BlobStore, error) {
+//	fs:///abs/dir, fs:relative/dir     a directory on the local filesystem (created if missing)
+//	file:///abs/dir                    the same (backends/fsblob, not gocloud's fileblob)
+//	memory://                          in-process, nothing kept
+//	s3://bucket/prefix?region=…        Amazon S3, or any S3-protocol server with endpoint=http://host:port
+//	                                   (and use_path_style=true, as most need)
+//	gs://bucket/prefix                 Google Cloud Storage
+//	azblob://container/prefix          Azure Blob Storage (account from AZURE_STORAGE_ACCOUNT)
+//	mem://                             gocloud's in-process bucket, nothing kept
+//
+// The object stores go through gocloud.dev/blob (backends/cloudblob): the query parameters are
+// gocloud's, credentials come from the environment as each cloud's SDK reads it, and the URL's path
+// is a key prefix under which every blob is kept.
+func OpenBlob(ctx context.Context, rawURL string) (archive.BlobStore, error) {
 	u, err := parse("blob store", rawURL)
 	if err != nil {
 		return nil, err
 	}
 	switch u.Scheme {
-	case "fs":
+	case "fs", "file":
 		dir, err := filePath(u)
 		if err != nil {
 			return nil, err
@@ -90,6 +101,8 @@ func OpenBlob(_ context.Context, rawURL string) (archive.BlobStore, error) {
 			return nil, err
 		}
 		return memory.NewBlobStore(), nil
+	case "s3", "gs", "azblob", "mem":
+		return cloudblob.Open(ctx, rawURL)
 	}
 	return nil, unknownScheme("blob store", rawURL, u.Scheme, BlobSchemes)
 }

@@ -97,7 +97,7 @@ func TestOpen_UnknownSchemeListsTheKnownOnes(t *testing.T) {
 
 func TestOpenBlob(t *testing.T) {
 	dir := t.TempDir()
-	for _, raw := range []string{"memory://", "fs://" + filepath.Join(dir, "abs"), "fs:rel"} {
+	for _, raw := range []string{"memory://", "fs://" + filepath.Join(dir, "abs"), "fs:rel", "file://" + filepath.Join(dir, "file"), "mem://"} {
 		t.Chdir(dir)
 		bs, err := backends.OpenBlob(t.Context(), raw)
 		if err != nil {
@@ -111,7 +111,8 @@ func TestOpenBlob(t *testing.T) {
 		}
 		bs.Close()
 	}
-	for raw, want := range map[string]string{"s3://bucket": `unknown scheme "s3"`, "fs:": "has no path", "memory://x": "memory takes no host"} {
+	for raw, want := range map[string]string{"ftp://bucket": `unknown scheme "ftp"`, "fs:": "has no path", "memory://x": "memory takes no host",
+		"s3://": "names no bucket", "s3://b?bogus=1": "bogus", "file://host/dir": `names host "host"`} {
 		if _, err := backends.OpenBlob(t.Context(), raw); err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("OpenBlob(%q): %v, want %q", raw, err, want)
 		}

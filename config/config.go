@@ -40,7 +40,7 @@ type Storage struct {
 
 // Blob is [blob]: the bottom layer.
 type Blob struct {
-	URL string `toml:"url"` // for backends.OpenBlob: fs:relative/dir, fs:///abs/dir or memory://
+	URL string `toml:"url"` // for backends.OpenBlob: fs:relative/dir, fs:///abs/dir, file:///abs/dir, memory://, s3://, gs://, azblob://, mem://
 }
 
 // Schedule is [schedule]: the scheduled_actions store and its scheduler.

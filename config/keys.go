@@ -26,7 +26,10 @@ var sections = []section{
 		}},
 	{name: "blob", doc: "The blob store: the bottom layer, where a drained oplog ends up.",
 		keys: []spec{
-			{name: "url", doc: "URL of the blob store.", rule: blobURL},
+			{name: "url", doc: "URL of the blob store: a local directory, or object storage through gocloud.dev/blob " +
+				"(the URL's path is a key prefix, the query parameters are gocloud's, credentials come from the " +
+				"environment as each cloud's SDK reads it; for an S3-protocol server other than AWS add " +
+				"endpoint=http://host:port&use_path_style=true).", rule: blobURL},
 		}},
 	{name: "schedule", doc: "The scheduled_actions store and the scheduler that runs its rows: the archives of " +
 		"durable agents, and of ephemeral agents while the sweep is disabled.",
@@ -179,7 +182,7 @@ func oneOf(values ...string) rule {
 // checked here; the opener checks the rest of the URL when the process starts.
 var (
 	storageSchemes  = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis"}
-	blobSchemes     = []string{"fs", "memory"}
+	blobSchemes     = []string{"fs", "file", "memory", "s3", "gs", "azblob", "mem"}
 	scheduleSchemes = []string{"memory", "sqlite", "postgres", "postgresql"}
 )
 
@@ -187,7 +190,8 @@ var (
 	storageURL = urlRule(storageSchemes, "memory://, sqlite:relative/file.db, sqlite:///abs/file.db, "+
 		"multisqlite:relative/dir, multisqlite:///abs/dir, postgres://user@host:5432/db?schema=…, "+
 		"postgresql://…, or redis://host:6379/0?prefix=…")
-	blobURL     = urlRule(blobSchemes, "fs:relative/dir, fs:///abs/dir or memory://")
+	blobURL = urlRule(blobSchemes, "fs:relative/dir, fs:///abs/dir, file:///abs/dir, memory://, "+
+		"s3://bucket/prefix?region=…, gs://bucket/prefix, azblob://container/prefix or mem://")
 	scheduleURL = urlRule(scheduleSchemes, "sqlite:relative/file.db, sqlite:///abs/file.db, "+
 		"postgres://user@host:5432/db?schema=…, postgresql://… or memory://")
 )
