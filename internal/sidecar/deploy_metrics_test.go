@@ -22,10 +22,10 @@ import (
 // PromQL expression (labels, functions and Grafana variables do not match).
 var metricName = regexp.MustCompile(`\b(?:oplog|strata|go|process)_[a-z0-9_]+\b`)
 
-// scrapeStarted opens a sidecar on SQLite and a directory, has it archive three stranded agents
-// (so the histograms of the storage, the blob store and the tick have observations), and returns its
-// /metrics.
-func scrapeStarted(t *testing.T) string {
+// scrapeStarted opens a sidecar on SQLite and a directory and returns its /metrics twice: first right
+// after Open, before any request or event; then after it archived three stranded agents (so the
+// histograms of the storage, the blob store and the tick have observations).
+func scrapeStarted(t *testing.T) (atStart, afterSweeps string) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Default()
@@ -55,6 +55,7 @@ func scrapeStarted(t *testing.T) string {
 		}
 		return string(b)
 	}
+	atStart = do("GET", "/metrics", "")
 	for i := range 3 {
 		a := oplog.AgentID{Component: "shop", Name: fmt.Sprint("m", i)}
 		if err := s.Stack().Append(t.Context(), a, oplog.Ephemeral, []oplog.Entry{{Index: 1, Payload: []byte("x")}}); err != nil {
@@ -65,7 +66,7 @@ func scrapeStarted(t *testing.T) string {
 	do("PUT", "/v1/residency", `{"agents": []}`)
 	do("POST", "/v1/sweep", "")
 	do("POST", "/v1/sweep", "")
-	return do("GET", "/metrics", "")
+	return atStart, do("GET", "/metrics", "")
 }
 
 // seriesNames are the family names and the sample names (histograms' _bucket, _sum and _count) in
@@ -121,7 +122,8 @@ func dashboardExprs(t *testing.T) []string {
 }
 
 func TestDeploy_AlertsAndDashboardNameOnlyMetricsAStartedSidecarExports(t *testing.T) {
-	have := seriesNames(scrapeStarted(t))
+	_, text := scrapeStarted(t)
+	have := seriesNames(text)
 	alerts, err := os.ReadFile("../../deploy/prometheus/alerts.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -147,12 +149,11 @@ func TestDeploy_AlertsAndDashboardNameOnlyMetricsAStartedSidecarExports(t *testi
 	}
 }
 
-func TestDeploy_MetricsAtStartShowSecondBucketsZeroCountersRuntimeAndBuildInfo(t *testing.T) {
-	text := scrapeStarted(t)
+func TestDeploy_MetricsShowZeroCountersRuntimeAndBuildInfoAtStartAndSecondBuckets(t *testing.T) {
+	atStart, afterSweeps := scrapeStarted(t)
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^strata_storage_operation_duration_seconds_bucket\{[^}]*le="0\.005"[^}]*\} [1-9]`),
-		regexp.MustCompile(`(?m)^strata_blob_operation_duration_seconds_bucket\{[^}]*le="0\.0005"`),
 		regexp.MustCompile(`(?m)^oplog_sweep_truncated_total\{reason="deadline"\} 0$`),
+		regexp.MustCompile(`(?m)^oplog_sweep_outcome_total\{[^}]*outcome="archived"[^}]*\} 0$`),
 		regexp.MustCompile(`(?m)^oplog_sweep_outcome_total\{[^}]*outcome="unreadable"[^}]*\} 0$`),
 		regexp.MustCompile(`(?m)^strata_storage_operation_errors_total\{[^}]*kind="transient"[^}]*\} 0$`),
 		regexp.MustCompile(`(?m)^strata_blob_operation_errors_total\{[^}]*kind="other"[^}]*\} 0$`),
@@ -161,8 +162,17 @@ func TestDeploy_MetricsAtStartShowSecondBucketsZeroCountersRuntimeAndBuildInfo(t
 		regexp.MustCompile(`(?m)^process_resident_memory_bytes [0-9]`),
 		regexp.MustCompile(`(?m)^strata_build_info\{[^}]*version="[^"]+"[^}]*\} 1$`),
 	} {
-		if !want.MatchString(text) {
-			t.Errorf("/metrics has no line matching %s", want)
+		if !want.MatchString(atStart) {
+			t.Errorf("/metrics right after start has no line matching %s", want)
+		}
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^strata_storage_operation_duration_seconds_bucket\{[^}]*le="0\.005"[^}]*\} [1-9]`),
+		regexp.MustCompile(`(?m)^strata_blob_operation_duration_seconds_bucket\{[^}]*le="0\.0005"`),
+		regexp.MustCompile(`(?m)^oplog_sweep_tick_seconds_bucket\{le="0\.0005"\}`),
+	} {
+		if !want.MatchString(afterSweeps) {
+			t.Errorf("/metrics after two sweeps has no line matching %s", want)
 		}
 	}
 }
