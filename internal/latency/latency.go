@@ -20,6 +20,5 @@ func Histogram(description string) []metric.Float64HistogramOption {
 		metric.WithUnit("s"),
 		metric.WithDescription(description),
 		metric.WithExplicitBucketBoundaries(bounds...),
-		
 	}
 }
