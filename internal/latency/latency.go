@@ -13,8 +13,8 @@ var bounds = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 // Buckets returns the shared bucket bounds, in seconds, as a fresh slice.
 func Buckets() []float64 { return append([]float64(nil), bounds...) }
 
-// Histogram is the option that gives a Float64Histogram the shared buckets and the unit "s" (so the
-// Prometheus exporter names it *_seconds).
+// Histogram returns the options that give a Float64Histogram its description, the shared buckets and
+// the unit "s" (so the Prometheus exporter names it *_seconds).
 func Histogram(description string) []metric.Float64HistogramOption {
 	return []metric.Float64HistogramOption{
 		metric.WithUnit("s"),
