@@ -1,7 +1,8 @@
 // Package demo is `strata demo`: an executor with ephemeral invocations whose teardown drains are lost
 // at random, the sweep finding and archiving what they stranded, and a check that every invocation's
 // entries read back exactly once. It runs on the embedded SQLite default and a filesystem blob store in
-// one directory, and needs nothing installed.
+// one directory, and needs nothing installed; Options.BlobURL puts the blobs elsewhere, in object
+// storage for instance (s3://bucket/prefix?endpoint=…).
 package demo
 
 import (
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stratalog/strata/config"
+	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
@@ -26,6 +28,7 @@ import (
 // Options shape a demo run.
 type Options struct {
 	Dir         string  // where the data lives (created); a second run reuses it
+	BlobURL     string  // the blob store (backends.OpenBlob); empty: fs: under Dir
 	Invocations int     // ephemeral invocations the executor runs
 	LoseRate    float64 // share of teardown drains lost, 0..1
 	Concurrency int     // invocations at once
@@ -77,6 +80,9 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	cfg.Storage.URL = "sqlite:" + filepath.Join(opts.Dir, "strata.db")
 	cfg.Schedule.URL = cfg.Storage.URL
 	cfg.Blob.URL = "fs:" + filepath.Join(opts.Dir, "blobs")
+	if opts.BlobURL != "" {
+		cfg.Blob.URL = opts.BlobURL
+	}
 	cfg.Sweep.Interval = 250 * time.Millisecond
 	sc, err := sidecar.Open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -88,8 +94,8 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	registrar := &schedule.Registrar{Store: sc.Schedules(), SweepEnabled: func() bool { return cfg.Sweep.Enabled },
 		ArchiveInterval: cfg.Schedule.ArchiveInterval}
 
-	fmt.Fprintf(out, "strata demo: %d ephemeral invocations in %s, %.0f%% of teardown drains lost (seed %d)\n",
-		opts.Invocations, opts.Dir, opts.LoseRate*100, seed)
+	fmt.Fprintf(out, "strata demo: %d ephemeral invocations in %s, blobs in %s, %.0f%% of teardown drains lost (seed %d)\n",
+		opts.Invocations, opts.Dir, redact.URL(cfg.Blob.URL), opts.LoseRate*100, seed)
 
 	// The executor: each invocation is a fresh agent that writes its entries straight into compressed
 	// level 1, takes the registration hook (which, with the sweep on, writes nothing), and tears down
@@ -267,8 +273,15 @@ func verify(ctx context.Context, stack *oplog.Stack, inv invocation) error {
 			return fmt.Errorf("entry %d is index %d %q", i+1, e.Index, e.Payload)
 		}
 	}
-	if _, ok, err := stack.Archives()[0].LastIndex(ctx, inv.agent, oplog.Ephemeral); err != nil || ok {
+	archives := stack.Archives()
+	if _, ok, err := archives[0].LastIndex(ctx, inv.agent, oplog.Ephemeral); err != nil || ok {
 		return fmt.Errorf("still in compressed level 1 (%v)", err)
+	}
+	// Everything is in the blob store, the bottom layer, and reads back from it alone.
+	blob := archives[len(archives)-1]
+	last, ok, err := blob.LastIndex(ctx, inv.agent, oplog.Ephemeral)
+	if err != nil || !ok || last != oplog.Index(inv.entries) {
+		return fmt.Errorf("the blob store's last index is %d (%v, %v), want %d", last, ok, err, inv.entries)
 	}
 	return nil
 }
