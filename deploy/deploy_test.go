@@ -119,12 +119,16 @@ func expand(s string, vars map[string]string) string {
 	})
 }
 
-// listenAddress is strata's http.listen as the container's environment sets it, for a pod with podIP.
-func listenAddress(t *testing.T, c corev1.Container, podIP string) string {
+// listenAddress is strata's http.listen for a pod with podIP, as strata resolves it: the container's
+// STRATA_HTTP_LISTEN over the mounted strata.toml's [http] listen over the default.
+func listenAddress(t *testing.T, m manifest, c corev1.Container, podIP string) string {
 	t.Helper()
-	listen, ok := envVar(c, "STRATA_HTTP_LISTEN")
-	if !ok || listen.Value == "" {
-		t.Fatalf("container %s: no STRATA_HTTP_LISTEN; strata's default, 127.0.0.1:9464, is out of kubelet's and Prometheus' reach", c.Name)
+	listen := "127.0.0.1:9464" // config's default
+	if v := tomlValue(t, strataConfig(t, m), "http", "listen"); v != "" {
+		listen = v
+	}
+	if e, ok := envVar(c, "STRATA_HTTP_LISTEN"); ok {
+		listen = e.Value
 	}
 	vars := map[string]string{}
 	for _, e := range c.Env {
@@ -132,7 +136,7 @@ func listenAddress(t *testing.T, c corev1.Container, podIP string) string {
 			vars[e.Name] = podIP
 		}
 	}
-	return expand(listen.Value, vars)
+	return expand(listen, vars)
 }
 
 // probePort resolves a probe's port, by name or number, to a container port number.
@@ -155,17 +159,17 @@ func TestManifest_ProbesAndScrapeReachTheListener(t *testing.T) {
 	d := m.deployments[0]
 	c := strataContainer(t, d)
 
-	listen := listenAddress(t, c, "10.1.2.3")
+	listen := listenAddress(t, m, c, "10.1.2.3")
 	host, portText, err := net.SplitHostPort(listen)
 	if err != nil {
-		t.Fatalf("STRATA_HTTP_LISTEN %q: %v", listen, err)
+		t.Fatalf("http.listen %q: %v", listen, err)
 	}
 	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
-		t.Fatalf("STRATA_HTTP_LISTEN %q is loopback: kubelet's probes and the scrape arrive at the pod IP", listen)
+		t.Fatalf("strata listens on %q, loopback: kubelet's probes and the scrape arrive at the pod IP", listen)
 	}
 	port, err := strconv.Atoi(portText)
 	if err != nil {
-		t.Fatalf("STRATA_HTTP_LISTEN %q: port %v", listen, err)
+		t.Fatalf("http.listen %q: port %v", listen, err)
 	}
 
 	declared := false
@@ -409,7 +413,7 @@ func TestDockerfile_BuildsThroughBuildScript(t *testing.T) {
 		t.Errorf("the runtime stage's ENTRYPOINT is not strata run")
 	}
 	m := loadManifest(t)
-	_, port, _ := net.SplitHostPort(listenAddress(t, strataContainer(t, m.deployments[0]), "10.1.2.3"))
+	_, port, _ := net.SplitHostPort(listenAddress(t, m, strataContainer(t, m.deployments[0]), "10.1.2.3"))
 	if !regexp.MustCompile(`(?m)^EXPOSE\s+` + port + `\b`).MatchString(runtime) {
 		t.Errorf("the runtime stage does not EXPOSE %s, the port the manifest listens on", port)
 	}
@@ -449,7 +453,7 @@ func TestManifest_StrataServesProbesWithoutToken(t *testing.T) {
 		}
 	}
 
-	podIP := freeLoopback(t, listenAddress(t, c, "10.1.2.3"), c)
+	podIP := freeLoopback(t, listenAddress(t, m, c, "10.1.2.3"), c)
 	const token = "test-token-from-the-secret"
 	vars := map[string]string{}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
@@ -475,7 +479,7 @@ func TestManifest_StrataServesProbesWithoutToken(t *testing.T) {
 		vars[e.Name] = v
 		env = append(env, e.Name+"="+v)
 	}
-	listen := vars["STRATA_HTTP_LISTEN"]
+	listen := listenAddress(t, m, c, podIP)
 	env = append(env,
 		"STRATA_STORAGE_URL=sqlite://"+filepath.Join(dir, "strata.db"),
 		"STRATA_SCHEDULE_URL=sqlite://"+filepath.Join(dir, "strata.db"),
