@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -37,9 +38,13 @@ type Options struct {
 	Out         io.Writer
 }
 
-// Defaults for Options.
+// BlobURLEnv is the environment variable `strata run` reads blob.url from; the demo honours it too,
+// so STRATA_BLOB_URL=s3://bucket/prefix?… strata demo runs the demo on object storage.
+const BlobURLEnv = "STRATA_BLOB_URL"
+
+// Defaults for Options. BlobURL is STRATA_BLOB_URL's value, empty when it is unset.
 func Defaults() Options {
-	return Options{Dir: "strata-data", Invocations: 300, LoseRate: 0.3, Concurrency: 8, MaxEntries: 60}
+	return Options{Dir: "strata-data", BlobURL: os.Getenv(BlobURLEnv), Invocations: 300, LoseRate: 0.3, Concurrency: 8, MaxEntries: 60}
 }
 
 // Summary is what a run found, moved and verified.
