@@ -202,9 +202,13 @@ func TestManifest_ProbesAndScrapeReachTheListener(t *testing.T) {
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
 		t.Errorf("container %s: want a livenessProbe on /healthz", c.Name)
 	}
-	// The readiness decision (README, Deployment): strata's readiness does not gate the executor's pod.
+	// The readiness decision (README, Deployment): strata gates neither the executor's readiness nor,
+	// as a native sidecar, its start.
 	if c.ReadinessProbe != nil {
 		t.Errorf("container %s has a readinessProbe: a pod is Ready only when every container is, so it would take the executor out of its Service on a storage blip (README, Deployment)", c.Name)
+	}
+	if c.StartupProbe != nil && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		t.Errorf("native sidecar %s has a startupProbe: it would hold the executor's start until strata opens its storage (README, Deployment)", c.Name)
 	}
 
 	ann := d.Spec.Template.Annotations
