@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -470,6 +471,11 @@ func TestManifest_StrataServesProbesWithoutToken(t *testing.T) {
 			v = podIP
 		case e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Key == "http-token":
 			v = token
+		case e.ValueFrom.SecretKeyRef != nil && strings.HasPrefix(e.Name, "AWS_"):
+			// The object store's credentials: the local S3 server's (it takes any), if it runs.
+			if v = os.Getenv(e.Name); v == "" {
+				continue
+			}
 		case e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Optional != nil && *e.ValueFrom.SecretKeyRef.Optional:
 			continue // an optional key the test's Secret does not have
 		case e.ValueFrom.SecretKeyRef != nil:
@@ -487,8 +493,8 @@ func TestManifest_StrataServesProbesWithoutToken(t *testing.T) {
 	env = append(env,
 		"STRATA_STORAGE_URL=sqlite://"+filepath.Join(dir, "strata.db"),
 		"STRATA_SCHEDULE_URL=sqlite://"+filepath.Join(dir, "strata.db"),
-		// TODO(s3): the manifest's s3:// URL, against the local S3 server, once backends open it.
-		"STRATA_BLOB_URL=fs://"+filepath.Join(dir, "blobs"),
+		"STRATA_BLOB_URL="+localBlobURL(t, tomlValue(t, strataConfig(t, m), "blob", "url"), dir),
+		"AWS_EC2_METADATA_DISABLED=true", // no outside network: never ask for instance credentials
 	)
 
 	cmd := exec.Command(bin, args...)
@@ -594,6 +600,38 @@ func TestManifest_StrataServesProbesWithoutToken(t *testing.T) {
 	if err != nil {
 		t.Errorf("strata after SIGTERM: %v", err)
 	}
+}
+
+// localBlobURL is the manifest's blob URL pointed at the local S3-protocol server of
+// STRATA_TEST_S3_URL (.ci/services.d/s3.sh): its scheme and key prefix, the server's bucket, endpoint
+// and region. Without the server it is a directory under dir, and under CI=true a failure.
+func localBlobURL(t *testing.T, manifestURL, dir string) string {
+	t.Helper()
+	local := os.Getenv("STRATA_TEST_S3_URL")
+	if local == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("STRATA_TEST_S3_URL is not set; CI=true requires it (.ci/services.d/s3.sh)")
+		}
+		t.Logf("STRATA_TEST_S3_URL is not set: blob.url is a directory instead of %s", manifestURL)
+		return "fs://" + filepath.Join(dir, "blobs")
+	}
+	want, err := url.Parse(manifestURL)
+	if err != nil {
+		t.Fatalf("blob.url %q: %v", manifestURL, err)
+	}
+	got, err := url.Parse(local)
+	if err != nil {
+		t.Fatalf("STRATA_TEST_S3_URL %q: %v", local, err)
+	}
+	if want.Scheme != got.Scheme {
+		t.Skipf("blob.url is %s://, the local server speaks %s://", want.Scheme, got.Scheme)
+	}
+	q := want.Query()
+	for k, vs := range got.Query() {
+		q[k] = vs
+	}
+	got.Path, got.RawQuery = want.Path, q.Encode()
+	return got.String()
 }
 
 // entrypointArgs is the runtime stage's ENTRYPOINT after the binary: ["run"] for ["/…/strata", "run"].
