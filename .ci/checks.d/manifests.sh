@@ -24,8 +24,14 @@ echo "manifests: kubectl-validate --version $kubernetes_version ${manifests[*]}"
 # No kubeconfig: the built-in schemas only, never a cluster.
 KUBECONFIG=/dev/null "$bin" --version "$kubernetes_version" "${manifests[@]}"
 
-echo "manifests: go vet and go test in deploy/"
-(cd deploy && go vet ./... && go test -count=1 ./...)
+echo "manifests: go vet, staticcheck and go test in deploy/ (a module of its own, which the root's miss)"
+staticcheck_bin="$(go env GOPATH)/bin/staticcheck" # .ci/run installs it
+(
+	cd deploy
+	go vet ./...
+	if [ -x "$staticcheck_bin" ]; then "$staticcheck_bin" ./...; fi
+	go test -count=1 ./...
+)
 
 echo "manifests: systemd-analyze security deploy/strata.service"
 if ! command -v systemd-analyze >/dev/null 2>&1; then
