@@ -49,6 +49,7 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/redact"
 )
 
 // Schemes lists the URL schemes Open understands.
@@ -83,9 +84,9 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		if errors.As(err, &urlErr) {
 			err = urlErr.Err
 		}
-		return nil, fmt.Errorf("cloudblob: blob store URL %q: %w", Redact(rawURL), err)
+		return nil, fmt.Errorf("cloudblob: blob store URL %q: %w", redact.URL(rawURL), err)
 	}
-	name := Redact(rawURL)
+	name := redact.URL(rawURL)
 	var prefix string
 	switch u.Scheme {
 	case "s3", "gs", "azblob":
@@ -106,7 +107,8 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	}
 	bucket, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
-		return nil, fmt.Errorf("cloudblob: open %s: %w", name, classify(err))
+		// gocloud's message may repeat the URL, query and all: hide its secrets.
+		return nil, redact.Error(fmt.Errorf("cloudblob: open %s: %w", name, classify(err)))
 	}
 	if prefix != "" {
 		bucket = blob.PrefixedBucket(bucket, prefix)
@@ -258,31 +260,4 @@ func transientStatus(err error) bool {
 		}
 	}
 	return false
-}
-
-// Redact hides secrets a blob store URL may carry: the user-info's password and the query values of
-// parameters that hold keys or tokens.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		if i := strings.Index(rawURL, "@"); i >= 0 {
-			return "…" + rawURL[i:]
-		}
-		if i := strings.IndexByte(rawURL, '?'); i >= 0 {
-			return rawURL[:i] + "?…"
-		}
-		return rawURL
-	}
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k := range q {
-			lk := strings.ToLower(k)
-			if strings.Contains(lk, "secret") || strings.Contains(lk, "password") || strings.Contains(lk, "token") ||
-				strings.Contains(lk, "key") && lk != "kmskeyid" || strings.Contains(lk, "sig") || strings.Contains(lk, "credential") {
-				q.Set(k, "xxxxx")
-			}
-		}
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
 }
