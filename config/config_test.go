@@ -667,3 +667,27 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestEffectiveTOMLRedactsSecretsAndParsesBack(t *testing.T) {
+	cfg, err := Parse([]byte(`[storage]
+url = "postgres://u:hunter2@127.0.0.1/db?password=hunter2&sslmode=disable"
+[http]
+token = "hunter2-token"
+[sweep]
+page_size = 77
+`), []string{"STRATA_SWEEP_MAX_CONCURRENCY=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := cfg.EffectiveTOML()
+	if strings.Contains(out, "hunter2") {
+		t.Fatalf("secrets shown:\n%s", out)
+	}
+	back, err := Parse([]byte(strings.Replace(out, `"(hidden)"`, `"x"`, 1)), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if back.Sweep.PageSize != 77 || back.HTTP.Token != "x" || back.Sweep != cfg.Sweep {
+		t.Fatalf("parsed back: %+v", back.Sweep)
+	}
+}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	redactpkg "github.com/stratalog/strata/internal/redact"
+
 	"fmt"
 	"strings"
 	"time"
@@ -149,4 +151,29 @@ func comment(b *strings.Builder, text string) {
 // cell escapes text for a Markdown table cell.
 func cell(text string) string {
 	return strings.ReplaceAll(text, "|", `\|`)
+}
+
+// EffectiveTOML is c as a configuration file, every key of every section, for `strata config print`:
+// a secret (http.token) is shown as "(hidden)" when set, and every URL has its secrets redacted, so
+// the output is safe to paste in a ticket. It parses back to c but for those.
+func (c Config) EffectiveTOML() string {
+	var b strings.Builder
+	comment(&b, "strata configuration in effect: the defaults, the file, then STRATA_* variables. Secrets are redacted.")
+	for _, sec := range sections {
+		fmt.Fprintf(&b, "\n[%s]\n", sec.name)
+		for i := range sec.keys {
+			s := &sec.keys[i]
+			v := s.get(&c)
+			if str, ok := v.(string); ok {
+				switch {
+				case s.secret && str != "":
+					v = "(hidden)"
+				default:
+					v = redactpkg.URL(str)
+				}
+			}
+			fmt.Fprintf(&b, "%s = %s\n", s.name, tomlValue(v))
+		}
+	}
+	return b.String()
 }

@@ -60,6 +60,9 @@ type Options struct {
 	ListingTTL time.Duration
 	// BusyTimeout is each file's SQLite busy timeout; 0 means sqlite.DefaultBusyTimeout.
 	BusyTimeout time.Duration
+	// MustExist makes Open fail with an error matching fs.ErrNotExist, creating nothing, when the
+	// directory does not exist. (Reads never create a file; writes still do.)
+	MustExist bool
 	// OnList, if set, is called every time a namespace's directory is listed (a test hook).
 	OnList func(ns string)
 }
@@ -90,7 +93,13 @@ func Open(_ context.Context, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("multisqlite: open %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if opts.MustExist {
+		if fi, err := os.Stat(abs); err != nil {
+			return nil, fmt.Errorf("multisqlite: open %s: %w", dir, err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("multisqlite: open %s: %w: not a directory", dir, is.ErrInvalidArgument)
+		}
+	} else if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("multisqlite: open %s: %w", dir, err)
 	}
 	maxOpen := opts.MaxOpenFiles

@@ -11,10 +11,14 @@ import (
 )
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsHelp(args) {
+		printCommandHelp(stderr, "bench", nil)
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || args[0] != "chaos" {
 		return &usageError{"usage: strata bench chaos [--quick] [--postgres URL] [--plot FILE] [--latency D] [--seed N] [--scenarios A|B|AB]"}
 	}
-	fs := flag.NewFlagSet("bench chaos", flag.ContinueOnError)
+	fs := withHelp(flag.NewFlagSet("bench chaos", flag.ContinueOnError), "bench")
 	fs.SetOutput(stderr)
 	opts := chaos.Options{Out: stdout}
 	fs.BoolVar(&opts.Quick, "quick", false, "the CI smoke size (under two minutes); the full run is what BENCHMARKS.md quotes")

@@ -13,9 +13,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/stratalog/strata/backends"
 	"github.com/stratalog/strata/config"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/demo"
+	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
@@ -23,7 +25,7 @@ import (
 
 // flags is a command's flag set, with the flags every command that opens storage shares.
 func flags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := withHelp(flag.NewFlagSet(name, flag.ContinueOnError), name)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "TOML configuration `file` (default: built-in defaults and STRATA_* variables)")
 	return fs, path
@@ -48,6 +50,9 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() != 0 {
+		return &usageError{fmt.Sprintf("run takes no arguments (got %q)", fs.Arg(0))}
+	}
 	cfg, err := loadConfig(*path)
 	if err != nil {
 		return err
@@ -63,13 +68,48 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink
 }
 
 // openQuiet opens the stores for a one-shot command, logging warnings only.
-func openQuiet(ctx context.Context, path string, stderr io.Writer) (*sidecar.Sidecar, config.Config, error) {
+func openQuiet(ctx context.Context, path string, stderr io.Writer, out *errorSink) (*sidecar.Sidecar, config.Config, error) {
 	cfg, err := loadConfig(path)
 	if err != nil {
 		return nil, cfg, err
 	}
-	sc, err := sidecar.Open(ctx, cfg, newLogger(stderr, slog.LevelWarn, cfg.Log.Format))
+	log := newLogger(stderr, slog.LevelWarn, cfg.Log.Format)
+	out.use(log, cfg.Log.Format)
+	sc, err := sidecar.Open(ctx, cfg, log)
 	return sc, cfg, err
+}
+
+// readOnly is the layer stack a read-only command (scan, inspect) reads, opened so that nothing is
+// created: no database, file, directory, schema or table.
+type readOnly struct {
+	stack *oplog.Stack
+	close func()
+}
+
+// openReadOnly opens the storage and the blob store the config names, both of which must exist, and
+// the stack over them; the schedule store is not opened.
+func openReadOnly(ctx context.Context, path string, stderr io.Writer, out *errorSink) (*readOnly, error) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	out.use(newLogger(stderr, slog.LevelWarn, cfg.Log.Format), cfg.Log.Format)
+	st, err := backends.OpenExisting(ctx, cfg.Storage.URL)
+	if err != nil {
+		return nil, fmt.Errorf("storage.url %s: %w (scan and inspect create nothing; strata run creates it)", redact.URL(cfg.Storage.URL), err)
+	}
+	blobs, err := backends.OpenBlobExisting(ctx, cfg.Blob.URL)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("blob.url %s: %w (scan and inspect create nothing; strata run creates it)", redact.URL(cfg.Blob.URL), err)
+	}
+	stack, err := sidecar.BuildStack(st, blobs, cfg.Stack.CompressedLevels)
+	if err != nil {
+		st.Close()
+		blobs.Close()
+		return nil, err
+	}
+	return &readOnly{stack: stack, close: func() { st.Close(); blobs.Close() }}, nil
 }
 
 // The ranges of sweep --once's flags, checked before any storage is opened. --gap is bounded as
@@ -82,7 +122,7 @@ var (
 
 const defaultMaxTicks = 1000
 
-func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer, out *errorSink) error {
 	fs, path := flags("sweep", stderr)
 	once := fs.Bool("once", false, "run one full sweep and exit (required: `strata run` sweeps continuously)")
 	asJSON := fs.Bool("json", false, "print each tick's report as a JSON line")
@@ -94,6 +134,9 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	shardCount := fs.Int("shard-count", 1, fmt.Sprintf("how many shards the cluster has, 0 to %d", sweeper.MaxShardCount))
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() != 0 {
+		return &usageError{fmt.Sprintf("sweep takes no arguments (got %q)", fs.Arg(0))}
 	}
 	if !*once {
 		return &usageError{"only --once is supported here; `strata run` sweeps continuously"}
@@ -113,7 +156,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return &usageError{fmt.Sprintf("--shards %s --shard-count %d: %v", *shards, *shardCount, err)}
 	}
-	sc, _, err := openQuiet(ctx, *path, stderr)
+	sc, _, err := openQuiet(ctx, *path, stderr, out)
 	if err != nil {
 		return err
 	}
@@ -368,8 +411,9 @@ func layerNamed(stack *oplog.Stack, name string) (oplog.Layer, []string) {
 	return nil, names
 }
 
-func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer, out *errorSink) error {
 	fs, path := flags("scan", stderr)
+	asJSON := fs.Bool("json", false, "print each agent as a JSON line: {\"agent\":…,\"last_index\":N} or {\"agent\":…,\"unreadable\":…}")
 	mode := fs.String("mode", "ephemeral", "agent `mode`: ephemeral or durable")
 	layerName := fs.String("layer", "compressed-1", "the `layer` to walk (one that can enumerate its agents)")
 	limit := fs.Int("limit", 0, "stop after this many agents (0: all)")
@@ -383,16 +427,23 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *limit < 0 {
 		return &usageError{fmt.Sprintf("--limit %d: want 0 (all) or more", *limit)}
 	}
-	sc, _, err := openQuiet(ctx, *path, stderr)
+	if fs.NArg() != 0 {
+		return &usageError{"scan takes no arguments"}
+	}
+	ro, err := openReadOnly(ctx, *path, stderr, out)
 	if err != nil {
 		return err
 	}
-	defer sc.Close()
-	layer, names := layerNamed(sc.Stack(), *layerName)
+	defer ro.close()
+	layer, names := layerNamed(ro.stack, *layerName)
 	if layer == nil {
 		return &usageError{fmt.Sprintf("no layer %q; the stack has %s", *layerName, strings.Join(names, ", "))}
 	}
-	unreadable, err := scanLayer(ctx, layer, m, *limit, stdout)
+	var rows scanRows = &tableRows{tw: tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)}
+	if *asJSON {
+		rows = jsonRows{enc: json.NewEncoder(stdout)}
+	}
+	unreadable, err := scanLayer(ctx, layer, m, *limit, rows)
 	switch {
 	case err != nil:
 		return err
@@ -406,14 +457,13 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // all). What it cannot read, a file the page passed over or an agent whose last index read failed, is a
 // row marked unreadable with the error, and the walk goes on; it returns how many there were. Only a
 // failed page read, which leaves no place to resume from, stops it.
-func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, w io.Writer) (unreadable int, err error) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, w scanRows) (unreadable int, err error) {
 	defer func() {
-		if ferr := tw.Flush(); err == nil {
+		if ferr := w.flush(); err == nil {
 			err = ferr
 		}
 	}()
-	fmt.Fprintln(tw, "AGENT\tLAST INDEX")
+	w.header()
 	n := 0
 	for from := (is.Resume{}); ; {
 		page, err := layer.ScanAgents(ctx, m, from, 256)
@@ -425,22 +475,21 @@ func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, 
 			if where == "" {
 				where = u.Key
 			}
-			fmt.Fprintf(tw, "%s\tunreadable: %v\n", where, u.Err)
+			w.unreadable(where, fmt.Sprint(u.Err))
 			unreadable++
 		}
 		for _, key := range page.Keys {
-			last := "?"
-			if a, err := oplog.ParseAgentKey(key); err == nil {
-				idx, ok, err := layer.LastIndex(ctx, a, m)
-				switch {
-				case err != nil:
-					last = "unreadable: " + err.Error()
-					unreadable++
-				case ok:
-					last = strconv.FormatUint(uint64(idx), 10)
-				}
+			a, err := oplog.ParseAgentKey(key)
+			if err != nil {
+				w.agent(key, nil)
+			} else if idx, ok, err := layer.LastIndex(ctx, a, m); err != nil {
+				w.unreadable(key, err.Error())
+				unreadable++
+			} else if ok {
+				w.agent(key, &idx)
+			} else {
+				w.agent(key, nil)
 			}
-			fmt.Fprintf(tw, "%s\t%s\n", key, last)
 			if n++; limit > 0 && n >= limit {
 				return unreadable, nil
 			}
@@ -452,9 +501,44 @@ func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, 
 	}
 }
 
-func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// scanRows is how scan writes its rows: a table, or JSON lines.
+type scanRows interface {
+	header()
+	agent(key string, last *oplog.Index) // last is nil when the agent holds no entry (or the key is not an agent's)
+	unreadable(where, err string)
+	flush() error
+}
+
+type tableRows struct{ tw *tabwriter.Writer }
+
+func (t *tableRows) header() { fmt.Fprintln(t.tw, "AGENT\tLAST INDEX") }
+func (t *tableRows) agent(key string, last *oplog.Index) {
+	shown := "?"
+	if last != nil {
+		shown = strconv.FormatUint(uint64(*last), 10)
+	}
+	fmt.Fprintf(t.tw, "%s\t%s\n", key, shown)
+}
+func (t *tableRows) unreadable(where, err string) {
+	fmt.Fprintf(t.tw, "%s\tunreadable: %s\n", where, err)
+}
+func (t *tableRows) flush() error { return t.tw.Flush() }
+
+type jsonRows struct{ enc *json.Encoder }
+
+func (j jsonRows) header() {}
+func (j jsonRows) agent(key string, last *oplog.Index) {
+	_ = j.enc.Encode(map[string]any{"agent": key, "last_index": last})
+}
+func (j jsonRows) unreadable(where, err string) {
+	_ = j.enc.Encode(map[string]any{"agent": where, "unreadable": redact.String(err)})
+}
+func (j jsonRows) flush() error { return nil }
+
+func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer, out *errorSink) error {
 	fs, path := flags("inspect", stderr)
 	mode := fs.String("mode", "ephemeral", "agent `mode`: ephemeral or durable")
+	asJSON := fs.Bool("json", false, "print a JSON object: the agent, the mode and each layer's first, last and entries")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -469,21 +553,27 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return &usageError{err.Error()}
 	}
-	sc, _, err := openQuiet(ctx, *path, stderr)
+	ro, err := openReadOnly(ctx, *path, stderr, out)
 	if err != nil {
 		return err
 	}
-	defer sc.Close()
-	stack := sc.Stack()
+	defer ro.close()
+	stack := ro.stack
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "LAYER\tFIRST\tLAST\tENTRIES\n")
+	layers := []map[string]any{}
+	if !*asJSON {
+		fmt.Fprintf(tw, "LAYER\tFIRST\tLAST\tENTRIES\n")
+	}
 	for _, l := range stack.Layers() {
 		first, ok, err := l.FirstIndex(ctx, agent, m)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			fmt.Fprintf(tw, "%s\t-\t-\t0\n", l.Name())
+			layers = append(layers, map[string]any{"layer": l.Name(), "first": nil, "last": nil, "entries": 0})
+			if !*asJSON {
+				fmt.Fprintf(tw, "%s\t-\t-\t0\n", l.Name())
+			}
 			continue
 		}
 		last, _, err := l.LastIndex(ctx, agent, m)
@@ -494,7 +584,13 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", l.Name(), first, last, count)
+		layers = append(layers, map[string]any{"layer": l.Name(), "first": first, "last": last, "entries": count})
+		if !*asJSON {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", l.Name(), first, last, count)
+		}
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"agent": agent.Key(), "mode": m, "layers": layers})
 	}
 	return tw.Flush()
 }
@@ -515,7 +611,7 @@ func countEntries(ctx context.Context, l oplog.Layer, a oplog.AgentID, m oplog.M
 
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d := demo.Defaults()
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := withHelp(flag.NewFlagSet("demo", flag.ContinueOnError), "demo")
 	fs.SetOutput(stderr)
 	fs.StringVar(&d.Dir, "dir", d.Dir, "`directory` for the embedded SQLite file and the blob store (created; a second run reuses it)")
 	fs.IntVar(&d.Invocations, "invocations", d.Invocations, "ephemeral invocations the executor runs")
@@ -523,6 +619,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Uint64Var(&d.Seed, "seed", 0, "random seed (0: random)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() != 0 {
+		return &usageError{fmt.Sprintf("demo takes no arguments (got %q)", fs.Arg(0))}
 	}
 	if d.LoseRate < 0 || d.LoseRate > 1 || d.Invocations < 1 {
 		return &usageError{"--lose must be within 0..1 and --invocations at least 1"}
@@ -532,10 +631,44 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return err
 }
 
-func cmdConfig(args []string, stdout, stderr io.Writer) error {
-	if len(args) != 1 || args[0] != "defaults" {
-		return &usageError{"usage: strata config defaults"}
+func cmdConfig(args []string, stdout, stderr io.Writer, out *errorSink) error {
+	switch {
+	case len(args) == 0:
+		return &usageError{"usage: " + commands["config"].synopsis}
+	case wantsHelp(args):
+		printCommandHelp(stderr, "config", nil)
+		return flag.ErrHelp
 	}
-	_, err := io.WriteString(stdout, config.DefaultsTOML())
-	return err
+	switch sub, rest := args[0], args[1:]; sub {
+	case "defaults":
+		if len(rest) != 0 {
+			return &usageError{"usage: strata config defaults"}
+		}
+		_, err := io.WriteString(stdout, config.DefaultsTOML())
+		return err
+	case "check":
+		if len(rest) != 1 || strings.HasPrefix(rest[0], "-") {
+			return &usageError{"usage: strata config check FILE"}
+		}
+		if _, err := loadConfig(rest[0]); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "%s: ok\n", rest[0])
+		return err
+	case "print":
+		fs, path := flags("config", stderr)
+		if err := parseFlags(fs, rest); err != nil {
+			return err
+		}
+		if fs.NArg() != 0 {
+			return &usageError{"usage: strata config print [--config FILE]"}
+		}
+		cfg, err := loadConfig(*path)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(stdout, cfg.EffectiveTOML())
+		return err
+	}
+	return &usageError{fmt.Sprintf("unknown config command %q; usage: %s", args[0], commands["config"].synopsis)}
 }

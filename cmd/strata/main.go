@@ -5,8 +5,10 @@
 //	strata scan [--mode M] [--layer L]          list the agents a layer holds
 //	strata inspect [--mode M] AGENT             where an agent's entries live, per layer
 //	strata demo [--dir DIR]                     the whole story on embedded SQLite
-//	strata config defaults                      print the default configuration file
+//	strata config defaults|check FILE|print     the default file; validate a file; the config in effect
 //	strata bench chaos [--quick]                the chaos benchmark (BENCHMARKS.md)
+//	strata version [--json]                     the build: module version, commit, Go version
+//	strata help [CMD]                           this overview, or one command's synopsis and flags
 package main
 
 import (
@@ -32,19 +34,25 @@ Usage:
                                                 one full sweep (two passes, --gap apart), then exit; exits 1
                                                 if an archive failed, a key was unreadable, storage failed
                                                 or the sweep did not complete in --max-ticks ticks
-  strata scan [--config FILE] [--mode M] [--layer L] [--limit N]
+  strata scan [--config FILE] [--json] [--mode M] [--layer L] [--limit N]
                                                 list the agents a layer holds, with their last index;
                                                 exits 1 after the list if any could not be read
-  strata inspect [--config FILE] [--mode M] AGENT
+  strata inspect [--config FILE] [--json] [--mode M] AGENT
                                                 each layer's first and last index and entry count for AGENT
+                                                (scan and inspect create nothing: a missing store fails)
   strata demo [--dir DIR]                       an executor losing teardown drains, the sweep, a verification
   strata config defaults                        print the default configuration file, every key commented
+  strata config check FILE                      validate FILE (with the STRATA_* variables); exit 1 if bad
+  strata config print [--config FILE]           the configuration in effect, secrets redacted
   strata bench chaos [--quick] [--postgres URL] [--plot FILE]
                                                 latency injected on PostgreSQL through a proxy: the sweep
                                                 against registration on the commit path; exits non-zero
                                                 if any entry was lost or doubled
+  strata version [--json]                       module version, commit and Go version
+  strata help [CMD]                             this overview, or CMD's synopsis, arguments and flags
+                                                (as CMD -h does)
 
-Configuration: a TOML file (--config) over the defaults, then STRATA_<SECTION>_<KEY> variables.
+Usage errors exit 2. Configuration: a TOML file (--config) over the defaults, then STRATA_<SECTION>_<KEY> variables.
 See docs/config.md.
 `
 
@@ -66,18 +74,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		err = cmdRun(ctx, args[1:], stderr, out)
 	case "sweep":
-		err = cmdSweep(ctx, args[1:], stdout, stderr)
+		err = cmdSweep(ctx, args[1:], stdout, stderr, out)
 	case "scan":
-		err = cmdScan(ctx, args[1:], stdout, stderr)
+		err = cmdScan(ctx, args[1:], stdout, stderr, out)
 	case "inspect":
-		err = cmdInspect(ctx, args[1:], stdout, stderr)
+		err = cmdInspect(ctx, args[1:], stdout, stderr, out)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "config":
-		err = cmdConfig(args[1:], stdout, stderr)
+		err = cmdConfig(args[1:], stdout, stderr, out)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
+	case "version":
+		err = cmdVersion(args[1:], stdout, stderr)
+	case "help":
+		err = cmdHelp(args[1:], stdout, stderr)
+	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"text/tabwriter"
 
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
@@ -192,7 +193,7 @@ func TestScanLayer_MarksWhatItCannotReadAndWalksOn(t *testing.T) {
 		{Keys: []string{"c:c"}, Done: true},
 	}}
 	var out strings.Builder
-	n, err := scanLayer(t.Context(), layer, oplog.Ephemeral, 0, &out)
+	n, err := scanLayer(t.Context(), layer, oplog.Ephemeral, 0, &tableRows{tw: tabwriter.NewWriter(&out, 0, 4, 2, ' ', 0)})
 	if err != nil || n != 2 {
 		t.Fatalf("%d unreadable, %v; want 2 and no error", n, err)
 	}

@@ -1,0 +1,71 @@
+package backends
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/multisqlite"
+	"github.com/stratalog/strata/backends/postgres"
+	"github.com/stratalog/strata/backends/redis"
+	"github.com/stratalog/strata/backends/sqlite"
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/redact"
+)
+
+// OpenExisting is Open for a read-only command (strata scan, strata inspect): it creates no file,
+// directory, schema or table and runs no migration. A SQLite file is opened mode=rw without create, a
+// multisqlite directory must exist, a PostgreSQL schema and its table must exist, Redis is only
+// connected to. A missing store is an error matching fs.ErrNotExist that says what is missing.
+func OpenExisting(ctx context.Context, rawURL string) (_ is.Storage, err error) {
+	defer func() { err = redact.Error(err) }()
+	u, err := parse("storage", rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "memory":
+		return nil, fmt.Errorf("storage URL memory:// holds nothing outside the process that made it: %w", fs.ErrNotExist)
+	case "sqlite":
+		path, err := filePath(u)
+		if err != nil {
+			return nil, err
+		}
+		return sqlite.Open(ctx, path, sqlite.Options{MustExist: true})
+	case "multisqlite":
+		dir, err := filePath(u)
+		if err != nil {
+			return nil, err
+		}
+		return multisqlite.Open(ctx, dir, multisqlite.Options{MustExist: true})
+	case "postgres", "postgresql":
+		return postgres.OpenExisting(ctx, rawURL)
+	case "redis":
+		return redis.Open(ctx, rawURL)
+	}
+	return nil, unknownScheme("storage", rawURL, u.Scheme, Schemes)
+}
+
+// OpenBlobExisting is OpenBlob for a read-only command: an fs:// directory must exist (OpenBlob
+// creates it). Other stores are opened as OpenBlob opens them, which creates nothing.
+func OpenBlobExisting(ctx context.Context, rawURL string) (_ archive.BlobStore, err error) {
+	defer func() { err = redact.Error(err) }()
+	u, err := parse("blob store", rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme == "fs" {
+		dir, err := filePath(u)
+		if err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("blob store %s: %w", dir, err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("blob store %s is not a directory: %w", dir, is.ErrInvalidArgument)
+		}
+	}
+	return OpenBlob(ctx, rawURL)
+}
