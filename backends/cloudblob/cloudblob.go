@@ -37,15 +37,8 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-	"github.com/aws/smithy-go"
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/azureblob" // azblob://
-	_ "gocloud.dev/blob/gcsblob"   // gs://
-	_ "gocloud.dev/blob/memblob"   // mem://
-	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
-	"google.golang.org/api/googleapi"
 
 	"github.com/stratalog/strata/archive"
 	is "github.com/stratalog/strata/indexedstorage"
@@ -234,30 +227,27 @@ func classify(err error) error {
 }
 
 // transientStatus reports an HTTP status or service error code that a retry may cure: 408, 429, 5xx,
-// or one of the throttling and internal-error codes the object stores name.
+// or one of the throttling and internal-error codes the object stores name. Each driver's file adds
+// the way to read its SDK's errors, so a driver left out of the build leaves its SDK out too.
 func transientStatus(err error) bool {
-	status := 0
-	var withStatus interface{ HTTPStatusCode() int } // smithy-go (AWS SDK v2) response errors
-	var azErr *azcore.ResponseError
-	var gErr *googleapi.Error
-	switch {
-	case errors.As(err, &withStatus):
-		status = withStatus.HTTPStatusCode()
-	case errors.As(err, &azErr):
-		status = azErr.StatusCode
-	case errors.As(err, &gErr):
-		status = gErr.Code
-	}
-	if status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 {
-		return true
-	}
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode() {
+	for _, of := range statusOf {
+		status, code, ok := of(err)
+		if !ok {
+			continue
+		}
+		if status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 {
+			return true
+		}
+		switch code {
 		case "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeoutException",
-			"InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequestsException":
+			"InternalError", "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequestsException",
+			"ServerBusy", "OperationTimedOut":
 			return true
 		}
 	}
 	return false
 }
+
+// statusOf holds, for each driver built in, a reader of its SDK's errors: the HTTP status and the
+// service's error code, ok when err is one of its SDK's.
+var statusOf []func(err error) (status int, code string, ok bool)
