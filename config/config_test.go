@@ -52,7 +52,7 @@ var samples = map[string]any{
 // disallowed holds, for every key with a rule, values of the right type the rule rejects.
 var disallowed = map[string][]any{
 	"storage.url":                 {"mysql://db/strata", "", "memory://somewhere", "strata.db"},
-	"blob.url":                    {"s3://bucket/blobs", "sqlite:blobs.db", "memory://x"},
+	"blob.url":                    {"ftp://bucket/blobs", "sqlite:blobs.db", "memory://x", "webdav://host/dir"},
 	"schedule.url":                {"redis://127.0.0.1:6379/0", "multisqlite:dir", "fs:dir"},
 	"schedule.archive_interval":   {-time.Second, 367 * 24 * time.Hour},
 	"schedule.lease":              {time.Duration(0), -time.Second, 2 * time.Nanosecond, 999 * time.Millisecond, 25 * time.Hour},
