@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	stdlog "log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -236,4 +238,20 @@ func TestUsageErrors_StrayArgumentsExitTwo(t *testing.T) {
 			t.Errorf("strata %s: exit %d, want 2\n%s", strings.Join(args, " "), code, errOut)
 		}
 	}
+}
+
+// What libraries log on their own (the log package, go-redis) comes out in the configured format,
+// redacted.
+func TestLibraryLogsGoThroughTheConfiguredLogger(t *testing.T) {
+	prev := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	var buf strings.Builder
+	routeLibraryLogs(newLogger(&buf, slog.LevelInfo, "json"))
+	stdlog.Print("dial postgres://u:hunter2@h/db failed")
+	redisLogger{slog.Default()}.Printf(t.Context(), "redis: pool: %s", "password=hunter2")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || strings.Contains(buf.String(), "hunter2") {
+		t.Fatalf("library lines:\n%s", buf.String())
+	}
+	requireJSONLines(t, buf.String())
 }

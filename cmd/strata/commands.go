@@ -59,6 +59,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink
 	}
 	log := newLogger(stderr, cfg.Log.SlogLevel(), cfg.Log.Format)
 	out.use(log, cfg.Log.Format)
+	routeLibraryLogs(log)
 	sc, err := sidecar.Open(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/stratalog/strata/internal/redact"
 )
 
@@ -166,6 +168,19 @@ func signalContext(out *errorSink) (context.Context, func()) {
 		os.Exit(130)
 	}()
 	return ctx, func() { signal.Stop(sigs); cancel() }
+}
+
+// routeLibraryLogs sends what libraries log on their own (the log package's default logger, go-redis's
+// pool) through log, so that every line has the configured format and is redacted.
+func routeLibraryLogs(log *slog.Logger) {
+	slog.SetDefault(log)
+	goredis.SetLogger(redisLogger{log.With("component", "redis")})
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...))
 }
 
 // newLogger builds the process logger from the configuration's [log] section.

@@ -207,7 +207,10 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("http.listen %s is not a loopback address and http.token is empty: refusing to serve writes without a token", ln.Addr())
 	}
 	s.boundAddr = ln.Addr().String()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// The server's own complaints (a bad request line, a handler's panic) go to the sidecar's log, so a
+	// JSON log stays JSON.
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.log.With("component", "http").Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	s.log.Info("strata is serving", "listen", ln.Addr().String(), "storage", redact.URL(s.cfg.Storage.URL),
