@@ -618,6 +618,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&d.Invocations, "invocations", d.Invocations, "ephemeral invocations the executor runs")
 	fs.Float64Var(&d.LoseRate, "lose", d.LoseRate, "share of teardown drains lost, 0..1")
 	fs.Uint64Var(&d.Seed, "seed", 0, "random seed (0: random)")
+	fs.StringVar(&d.BlobURL, "blob", d.BlobURL, "blob store `URL` (as blob.url: s3://bucket/prefix?…; default $STRATA_BLOB_URL, else fs: under --dir)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
