@@ -31,7 +31,7 @@ var commands = map[string]command{
 	"inspect": {synopsis: "strata inspect [--config FILE] [--json] [--mode M] AGENT",
 		about: "Each layer's first and last index and entry count for AGENT. Read-only, as scan is.",
 		args:  "AGENT  the agent, component:name"},
-	"demo": {synopsis: "strata demo [--dir DIR] [--invocations N] [--lose P] [--seed N]",
+	"demo": {synopsis: "strata demo [--dir DIR] [--blob URL] [--invocations N] [--lose P] [--seed N]",
 		about: "An executor losing teardown drains, the sweep, a verification, on embedded SQLite."},
 	"config": {synopsis: "strata config defaults | strata config check FILE | strata config print [--config FILE]",
 		about: "defaults: print the default configuration file, every key commented. check: validate FILE with the " +
