@@ -85,7 +85,8 @@ var sections = []section{
 		keys: []spec{
 			{name: "listen", doc: "Address the server listens on.", rule: listenAddress},
 			{name: "token", doc: "Bearer token the write endpoints (PUT /v1/assignment, PUT /v1/residency, POST /v1/sweep) " +
-				"require. Empty means none; it must be set when http.listen is not a loopback address.",
+				"and GET /v1/status require; the probes and /metrics never do. Empty means none; it must be set when " +
+				"http.listen is not a loopback address.",
 				rule: bearerToken, secret: true},
 			{name: "max_body_bytes", doc: "Largest request body accepted.", unit: "bytes", rule: intWithin(maxBodyBytes)},
 		}},
