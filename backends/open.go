@@ -95,16 +95,25 @@ func OpenBlob(ctx context.Context, rawURL string) (archive.BlobStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		return fsblob.Open(dir)
+		return blobStore(fsblob.Open(dir))
 	case "memory":
 		if err := bare(u); err != nil {
 			return nil, err
 		}
 		return memory.NewBlobStore(), nil
 	case "s3", "gs", "azblob", "mem":
-		return cloudblob.Open(ctx, rawURL)
+		return blobStore(cloudblob.Open(ctx, rawURL))
 	}
 	return nil, unknownScheme("blob store", rawURL, u.Scheme, BlobSchemes)
+}
+
+// blobStore turns a constructor's (*T, error) into (archive.BlobStore, error) with a nil interface on
+// error, never a non-nil interface holding a nil pointer that a caller's Close would dereference.
+func blobStore[T archive.BlobStore](s T, err error) (archive.BlobStore, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // ScheduleSchemes lists the URL schemes OpenSchedule understands.

@@ -113,8 +113,12 @@ func TestOpenBlob(t *testing.T) {
 	}
 	for raw, want := range map[string]string{"ftp://bucket": `unknown scheme "ftp"`, "fs:": "has no path", "memory://x": "memory takes no host",
 		"s3://": "names no bucket", "s3://b?bogus=1": "bogus", "file://host/dir": `names host "host"`} {
-		if _, err := backends.OpenBlob(t.Context(), raw); err == nil || !strings.Contains(err.Error(), want) {
+		bs, err := backends.OpenBlob(t.Context(), raw)
+		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("OpenBlob(%q): %v, want %q", raw, err, want)
+		}
+		if bs != nil {
+			t.Fatalf("OpenBlob(%q) failed but returned a non-nil store %#v, which a deferred Close would dereference", raw, bs)
 		}
 	}
 }
