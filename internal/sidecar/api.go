@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stratalog/strata/config"
 	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
@@ -32,9 +31,9 @@ import (
 // The write endpoints and GET /v1/status take a bearer token when one is configured (always, when the
 // listener is not a loopback address); the probes and /metrics never do. Bodies are JSON
 // (Content-Type application/json, or none: anything else is 415, so that a browser's form post cannot
-// reach them) limited to http.max_body_bytes. On a loopback listener a request must name a loopback
-// host (localhost, 127.0.0.0/8, ::1) or the listener's own in its Host header, else 421: a page whose
-// name an attacker rebinds to 127.0.0.1 cannot reach a token-less sidecar.
+// reach them) limited to http.max_body_bytes. A request must name a loopback host (localhost,
+// 127.0.0.0/8, ::1) or the listener's own in its Host header, else 421: a page whose name an attacker
+// rebinds to 127.0.0.1 cannot reach a token-less sidecar (a wildcard listener has no Host check).
 func (s *Sidecar) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.metrics)
@@ -49,11 +48,14 @@ func (s *Sidecar) Handler() http.Handler {
 	return s.hostCheck(mux)
 }
 
-// hostCheck refuses, on a loopback listener, a request whose Host is not a loopback name or address
-// nor the host the listener was configured with or bound to. A listener off loopback needs the token
-// for everything but the probes and /metrics, which a rebound name gains nothing from.
+// hostCheck refuses a request whose Host is not a loopback name or address nor the host the listener
+// was configured with or bound to: a page whose name an attacker rebinds to the listener's address
+// cannot reach it. A wildcard listener (0.0.0.0, ::, no host) does not know its names, so it has no
+// Host check; it is off loopback, where the token is mandatory for everything but the probes and
+// /metrics.
 func (s *Sidecar) hostCheck(next http.Handler) http.Handler {
-	if !config.IsLoopback(s.cfg.HTTP.Listen) {
+	host, _, err := net.SplitHostPort(s.cfg.HTTP.Listen)
+	if ip := net.ParseIP(host); err != nil || host == "" || (ip != nil && ip.IsUnspecified()) {
 		return next
 	}
 	allowed := map[string]bool{}
@@ -65,7 +67,7 @@ func (s *Sidecar) hostCheck(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !loopbackHost(r.Host, allowed) {
 			writeJSON(w, http.StatusMisdirectedRequest, map[string]string{
-				"error": fmt.Sprintf("Host %q is not this loopback listener's: use localhost, a loopback address or %s", r.Host, s.cfg.HTTP.Listen)})
+				"error": fmt.Sprintf("Host %q is not this listener's: use localhost, a loopback address or %s", r.Host, s.cfg.HTTP.Listen)})
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -238,3 +238,22 @@ func TestAPI_StatusKeysAreSnakeCase(t *testing.T) {
 		t.Fatalf("no routes in the status: %v", status)
 	}
 }
+
+// A listener on a named address (the pod IP) allows that address and loopback, nothing else; a
+// wildcard listener has no Host check.
+func TestAPI_AListenerOffLoopbackAllowsItsOwnHost(t *testing.T) {
+	s, _, _ := testSidecar(t, func(c *config.Config) { c.HTTP.Listen, c.HTTP.Token = "10.1.2.3:9464", "s3cret" })
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	for host, want := range map[string]int{"10.1.2.3:9464": 200, "localhost:9464": 200, "strata.evil.example": http.StatusMisdirectedRequest} {
+		if code := callHost(t, srv, "GET", "/healthz", host, nil); code != want {
+			t.Errorf("Host %q on a 10.1.2.3 listener: %d, want %d", host, code, want)
+		}
+	}
+	w, _, _ := testSidecar(t, func(c *config.Config) { c.HTTP.Listen, c.HTTP.Token = "0.0.0.0:9464", "s3cret" })
+	wsrv := httptest.NewServer(w.Handler())
+	defer wsrv.Close()
+	if code := callHost(t, wsrv, "GET", "/healthz", "strata.ns.svc:9464", nil); code != 200 {
+		t.Errorf("a wildcard listener refused a Host: %d", code)
+	}
+}
