@@ -52,17 +52,17 @@ func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
 		if err != nil {
 			return nil, err
 		}
-		return sqlite.Open(ctx, path, sqlite.Options{})
+		return storage(sqlite.Open(ctx, path, sqlite.Options{}))
 	case "multisqlite":
 		dir, err := filePath(u)
 		if err != nil {
 			return nil, err
 		}
-		return multisqlite.Open(ctx, dir, multisqlite.Options{})
+		return storage(multisqlite.Open(ctx, dir, multisqlite.Options{}))
 	case "postgres", "postgresql":
 		return postgres.Open(ctx, rawURL)
 	case "redis":
-		return redis.Open(ctx, rawURL)
+		return storage(redis.Open(ctx, rawURL))
 	}
 	return nil, unknownScheme("storage", rawURL, u.Scheme, Schemes)
 }
@@ -116,6 +116,21 @@ func blobStore[T archive.BlobStore](s T, err error) (archive.BlobStore, error) {
 	return s, nil
 }
 
+// storage and scheduleStore do for Open and OpenSchedule what blobStore does for OpenBlob.
+func storage[T is.Storage](s T, err error) (is.Storage, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func scheduleStore[T schedule.Store](s T, err error) (schedule.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // ScheduleSchemes lists the URL schemes OpenSchedule understands.
 var ScheduleSchemes = []string{"memory", "sqlite", "postgres", "postgresql"}
 
@@ -141,9 +156,9 @@ func OpenSchedule(ctx context.Context, rawURL string) (_ schedule.Store, err err
 		if err != nil {
 			return nil, err
 		}
-		return sqlite.OpenSchedule(ctx, path, sqlite.Options{})
+		return scheduleStore(sqlite.OpenSchedule(ctx, path, sqlite.Options{}))
 	case "postgres", "postgresql":
-		return postgres.OpenSchedule(ctx, rawURL)
+		return scheduleStore(postgres.OpenSchedule(ctx, rawURL))
 	}
 	return nil, unknownScheme("schedule store", rawURL, u.Scheme, ScheduleSchemes)
 }

@@ -2,6 +2,7 @@ package backends_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -142,5 +143,27 @@ func TestOpenSchedule(t *testing.T) {
 	})
 	if _, err := backends.OpenSchedule(t.Context(), "redis://x"); err == nil || !strings.Contains(err.Error(), `unknown scheme "redis"`) {
 		t.Fatalf("redis schedule: %v", err)
+	}
+}
+
+// A failed open returns a nil interface, never one holding a nil pointer (which a caller's deferred
+// Close would dereference).
+func TestFailedOpensReturnNil(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := backends.Open(t.Context(), "multisqlite://"+filepath.Join(file, "sub")); err == nil || st != nil {
+		t.Fatalf("Open under a file: %#v, %v", st, err)
+	}
+	if st, err := backends.Open(t.Context(), "sqlite://"+filepath.Join(file, "sub", "x.db")); err == nil || st != nil {
+		t.Fatalf("Open under a file: %#v, %v", st, err)
+	}
+	if s, err := backends.OpenSchedule(t.Context(), "sqlite://"+filepath.Join(file, "sub", "x.db")); err == nil || s != nil {
+		t.Fatalf("OpenSchedule under a file: %#v, %v", s, err)
+	}
+	if bs, err := backends.OpenBlob(t.Context(), "fs://"+filepath.Join(file, "sub")); err == nil || bs != nil {
+		t.Fatalf("OpenBlob under a file: %#v, %v", bs, err)
 	}
 }
