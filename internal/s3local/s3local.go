@@ -77,7 +77,9 @@ func (s *Server) Backend() *s3mem.Backend { return s.backend }
 
 // BucketURL is a blob store URL (for backends.OpenBlob and config blob.url) naming bucket on this
 // server, with prefix (may be empty) as its key prefix.
-func (s *Server) BucketURL(bucket, prefix string) string { return BucketURL(s.Endpoint(), bucket, prefix) }
+func (s *Server) BucketURL(bucket, prefix string) string {
+	return BucketURL(s.Endpoint(), bucket, prefix)
+}
 
 // BucketURL is the s3:// URL of bucket/prefix on the S3-protocol server at endpoint, with what a
 // local server needs: the endpoint, a region, path-style addressing.
@@ -98,4 +100,3 @@ func (s *Server) Wait() error { return <-s.done }
 
 // Close stops the server.
 func (s *Server) Close() error { return s.srv.Close() }
-
