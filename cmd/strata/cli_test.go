@@ -255,3 +255,22 @@ func TestLibraryLogsGoThroughTheConfiguredLogger(t *testing.T) {
 	}
 	requireJSONLines(t, buf.String())
 }
+
+// A configuration that asks for JSON logs but is otherwise bad gets its error as a JSON line.
+func TestABadConfigAskingForJSONLogsFailsInJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.toml")
+	os.WriteFile(path, []byte("[log]\nformat = \"json\"\n[sweep]\npage_size = -1\n"), 0o600)
+	for _, args := range [][]string{{"run", "--config", path}, {"scan", "--config", path}, {"sweep", "--once", "--config", path}} {
+		code, _, errOut := runIn(args...)
+		if code != 1 || !strings.Contains(errOut, "sweep.page_size") {
+			t.Fatalf("%s: exit %d %s", args[0], code, errOut)
+		}
+		requireJSONLines(t, errOut)
+	}
+	t.Setenv("STRATA_LOG_FORMAT", "json")
+	code, _, errOut := runIn("run", "--config", filepath.Join(t.TempDir(), "missing.toml"))
+	if code != 1 {
+		t.Fatalf("missing file: exit %d", code)
+	}
+	requireJSONLines(t, errOut)
+}

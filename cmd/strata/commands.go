@@ -45,6 +45,16 @@ func loadConfig(path string) (config.Config, error) {
 	return config.Load(path, environ())
 }
 
+// loadLogged is loadConfig for a command that logs: when the configuration is bad but asks for JSON
+// logs, the error is written as a JSON line too.
+func loadLogged(path string, stderr io.Writer, out *errorSink) (config.Config, error) {
+	cfg, err := loadConfig(path)
+	if err != nil && config.LogFormatHint(path, environ()) == "json" {
+		out.use(newLogger(stderr, slog.LevelInfo, "json"), "json")
+	}
+	return cfg, err
+}
+
 func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink) error {
 	fs, path := flags("run", stderr)
 	if err := parseFlags(fs, args); err != nil {
@@ -53,7 +63,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink
 	if fs.NArg() != 0 {
 		return &usageError{fmt.Sprintf("run takes no arguments (got %q)", fs.Arg(0))}
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := loadLogged(*path, stderr, out)
 	if err != nil {
 		return err
 	}
@@ -70,7 +80,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink
 
 // openQuiet opens the stores for a one-shot command, logging warnings only.
 func openQuiet(ctx context.Context, path string, stderr io.Writer, out *errorSink) (*sidecar.Sidecar, config.Config, error) {
-	cfg, err := loadConfig(path)
+	cfg, err := loadLogged(path, stderr, out)
 	if err != nil {
 		return nil, cfg, err
 	}
@@ -90,7 +100,7 @@ type readOnly struct {
 // openReadOnly opens the storage and the blob store the config names, both of which must exist, and
 // the stack over them; the schedule store is not opened.
 func openReadOnly(ctx context.Context, path string, stderr io.Writer, out *errorSink) (*readOnly, error) {
-	cfg, err := loadConfig(path)
+	cfg, err := loadLogged(path, stderr, out)
 	if err != nil {
 		return nil, err
 	}
