@@ -90,6 +90,17 @@ func openQuiet(ctx context.Context, path string, stderr io.Writer, out *errorSin
 	return sc, cfg, err
 }
 
+// redactingWriter redacts each write: a storage error a report or a row shows may echo a URL. Every
+// write of these commands is a whole line or more.
+type redactingWriter struct{ w io.Writer }
+
+func (r redactingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(r.w, redact.String(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
 // readOnly is the layer stack a read-only command (scan, inspect) reads, opened so that nothing is
 // created: no database, file, directory, schema or table.
 type readOnly struct {
@@ -134,6 +145,7 @@ var (
 const defaultMaxTicks = 1000
 
 func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer, out *errorSink) error {
+	stdout = redactingWriter{stdout}
 	fs, path := flags("sweep", stderr)
 	once := fs.Bool("once", false, "run one full sweep and exit (required: `strata run` sweeps continuously)")
 	asJSON := fs.Bool("json", false, "print each tick's report as a JSON line")
@@ -423,6 +435,7 @@ func layerNamed(stack *oplog.Stack, name string) (oplog.Layer, []string) {
 }
 
 func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer, out *errorSink) error {
+	stdout = redactingWriter{stdout}
 	fs, path := flags("scan", stderr)
 	asJSON := fs.Bool("json", false, "print each agent as a JSON line: {\"agent\":…,\"last_index\":N} or {\"agent\":…,\"unreadable\":…}")
 	mode := fs.String("mode", "ephemeral", "agent `mode`: ephemeral or durable")
@@ -547,6 +560,7 @@ func (j jsonRows) unreadable(where, err string) {
 func (j jsonRows) flush() error { return nil }
 
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer, out *errorSink) error {
+	stdout = redactingWriter{stdout}
 	fs, path := flags("inspect", stderr)
 	mode := fs.String("mode", "ephemeral", "agent `mode`: ephemeral or durable")
 	asJSON := fs.Bool("json", false, "print a JSON object: the agent, the mode and each layer's first, last and entries")
