@@ -1,3 +1,5 @@
+//go:build !strata_nos3
+
 package demo_test
 
 import (
