@@ -19,8 +19,12 @@ import (
 // directory, schema or table and runs no migration. A SQLite file is opened mode=rw without create, a
 // multisqlite directory must exist, a PostgreSQL schema and its table must exist, Redis is only
 // connected to. A missing store is an error matching fs.ErrNotExist that says what is missing.
-func OpenExisting(ctx context.Context, rawURL string) (_ is.Storage, err error) {
-	defer func() { err = redact.Error(err) }()
+func OpenExisting(ctx context.Context, rawURL string) (st is.Storage, err error) {
+	defer func() {
+		if err != nil {
+			st, err = nil, redact.Error(err) // nil, not an interface holding a nil *Store
+		}
+	}()
 	u, err := parse("storage", rawURL)
 	if err != nil {
 		return nil, err
@@ -50,8 +54,12 @@ func OpenExisting(ctx context.Context, rawURL string) (_ is.Storage, err error) 
 
 // OpenBlobExisting is OpenBlob for a read-only command: an fs:// directory must exist (OpenBlob
 // creates it). Other stores are opened as OpenBlob opens them, which creates nothing.
-func OpenBlobExisting(ctx context.Context, rawURL string) (_ archive.BlobStore, err error) {
-	defer func() { err = redact.Error(err) }()
+func OpenBlobExisting(ctx context.Context, rawURL string) (bs archive.BlobStore, err error) {
+	defer func() {
+		if err != nil {
+			bs, err = nil, redact.Error(err)
+		}
+	}()
 	u, err := parse("blob store", rawURL)
 	if err != nil {
 		return nil, err
