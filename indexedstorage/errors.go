@@ -53,6 +53,8 @@ func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
 // false when err is none of these, for the backend to classify itself.
 func ClassifyCommon(err error) (classifiedErr error, ok bool) {
 	var netErr net.Error
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
 	switch {
 	case errors.Is(err, ErrTransient), errors.Is(err, ErrConflict), errors.Is(err, ErrClosed), errors.Is(err, ErrInvalidArgument):
 		return err, true
@@ -63,7 +65,10 @@ func ClassifyCommon(err error) (classifiedErr error, ok bool) {
 		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
-		errors.As(err, &netErr):
+		// A failed dial, read or write, or a failed lookup. Any error with a Timeout method satisfies
+		// net.Error (an *os.PathError does), so that interface counts only when it says timeout.
+		errors.As(err, &opErr), errors.As(err, &dnsErr),
+		errors.As(err, &netErr) && netErr.Timeout():
 		return Classify(ErrTransient, err), true
 	}
 	return err, false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 
@@ -50,6 +51,16 @@ func TestClassifyCommon(t *testing.T) {
 	}
 	if _, ok := is.ClassifyCommon(errors.New("syntax error")); ok {
 		t.Fatal("an engine-specific error must be left to the backend")
+	}
+	// An *os.PathError has a Timeout method, so it satisfies net.Error; a name too long is no network
+	// fault and retrying it cannot help.
+	long := &os.PathError{Op: "open", Path: "x", Err: syscall.ENAMETOOLONG}
+	if got, _ := is.ClassifyCommon(long); is.IsTransient(got) {
+		t.Fatalf("ClassifyCommon(%v) made a file system error transient", long)
+	}
+	dns := &net.DNSError{Err: "no such host", Name: "db.invalid"}
+	if got, ok := is.ClassifyCommon(dns); !ok || !is.IsTransient(got) {
+		t.Fatalf("ClassifyCommon(%v) = %v, %v; want transient", dns, got, ok)
 	}
 }
 
