@@ -322,7 +322,8 @@ var operationLabel = regexp.MustCompile(`operation="([^"]*)"`)
 func loadStorageOps(t *testing.T, sc *sidecar.Sidecar) map[string]int {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	sc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	// The Host a loopback listener accepts (httptest's default, example.com, is refused as DNS rebinding).
+	sc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", rec.Code)
 	}
