@@ -161,6 +161,12 @@ func TestDeploy_MetricsShowZeroCountersRuntimeAndBuildInfoAtStartAndSecondBucket
 		regexp.MustCompile(`(?m)^go_goroutines [0-9]`),
 		regexp.MustCompile(`(?m)^process_resident_memory_bytes [0-9]`),
 		regexp.MustCompile(`(?m)^strata_build_info\{[^}]*version="[^"]+"[^}]*\} 1$`),
+		// The start-up look at the stores: calls counted, on second buckets, from the start (where
+		// each call lands is timing, left to the 2 ms tests of the instruments).
+		regexp.MustCompile(`(?m)^strata_storage_operation_duration_seconds_bucket\{[^}]*le="0\.005"[^}]*\} [0-9]`),
+		regexp.MustCompile(`(?m)^strata_storage_operation_duration_seconds_count\{[^}]*\} [1-9]`),
+		regexp.MustCompile(`(?m)^strata_blob_operation_duration_seconds_bucket\{[^}]*le="0\.005"[^}]*\} [0-9]`),
+		regexp.MustCompile(`(?m)^strata_blob_operation_duration_seconds_count\{[^}]*\} [1-9]`),
 	} {
 		if !want.MatchString(atStart) {
 			t.Errorf("/metrics right after start has no line matching %s", want)

@@ -92,6 +92,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 		return nil, fmt.Errorf("blob.url: %w", redact.Error(err))
 	}
 	s.blobs = archive.InstrumentBlobs(s.blobs, s.provider)
+	s.checkStores(ctx)
 	if s.schedules, err = backends.OpenSchedule(ctx, cfg.Schedule.URL); err != nil {
 		return nil, fmt.Errorf("schedule.url: %w", redact.Error(err))
 	}
@@ -116,6 +117,25 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 		return nil, err
 	}
 	return s, nil
+}
+
+// startupCheckTimeout bounds the start-up look at the stores.
+const startupCheckTimeout = 3 * time.Second
+
+// checkStores makes one read of the indexed storage and one of the blob store, through their
+// instruments, and logs a warning if either fails: an operator learns at once that a store does not
+// answer, and /metrics shows the latency histograms (with their buckets) from start-up rather than
+// from the first sweep. A store that is down does not stop the start: the sweep stands down and
+// retries on its own.
+func (s *Sidecar) checkStores(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	defer cancel()
+	if _, err := s.storage.Exists(ctx, "strata", "startup"); err != nil {
+		s.log.Warn("storage does not answer at start-up", "err", err)
+	}
+	if _, err := s.blobs.List(ctx, "strata-startup/"); err != nil {
+		s.log.Warn("blob store does not answer at start-up", "err", err)
+	}
 }
 
 // BuildStack is the default stack: the primary, levels compressed levels, and blob level 0.
