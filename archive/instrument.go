@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	is "github.com/stratalog/strata/indexedstorage"
@@ -25,11 +23,9 @@ var BlobErrorKinds = append([]string{"not_found"}, is.ErrorKinds...)
 // InstrumentedBlobs is a BlobStore that records the latency and the errors of every operation of its
 // inner store.
 type InstrumentedBlobs struct {
-	inner    BlobStore
-	now      func() time.Time
-	duration metric.Float64Histogram
-	errs     metric.Int64Counter
-	attrs    map[string]metric.MeasurementOption
+	inner BlobStore
+	now   func() time.Time
+	ops   *latency.Operations
 }
 
 var _ BlobStore = (*InstrumentedBlobs)(nil)
@@ -43,41 +39,17 @@ var _ BlobStore = (*InstrumentedBlobs)(nil)
 // A nil meterProvider records nothing. If the provider refuses an instrument, the error goes to
 // otel.Handle and the wrapper records nothing.
 func InstrumentBlobs(store BlobStore, mp metric.MeterProvider) *InstrumentedBlobs {
-	in := &InstrumentedBlobs{inner: store, now: time.Now, attrs: make(map[string]metric.MeasurementOption, len(BlobOperations))}
-	if mp == nil {
-		return in
-	}
-	meter := mp.Meter(meterName)
-	duration, err1 := meter.Float64Histogram("strata_blob_operation_duration",
-		latency.Histogram("Latency of blob-store operations.")...)
-	errs, err2 := meter.Int64Counter("strata_blob_operation_errors",
-		metric.WithDescription("Blob-store operations that returned an error, by kind (not_found is a Get of a missing blob)."))
-	if err := errors.Join(err1, err2); err != nil {
-		otel.Handle(err)
-		return in
-	}
-	in.duration, in.errs = duration, errs
-	ctx := context.Background()
-	for _, op := range BlobOperations {
-		in.attrs[op] = metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", op)))
-		for _, kind := range BlobErrorKinds {
-			errs.Add(ctx, 0, metric.WithAttributes(attribute.String("operation", op), attribute.String("kind", kind)))
-		}
-	}
-	return in
+	return &InstrumentedBlobs{inner: store, now: time.Now, ops: latency.NewOperations(mp, meterName, "strata_blob_operation",
+		"Latency of blob-store operations.",
+		"Blob-store operations that returned an error, by kind (not_found is a Get of a missing blob).",
+		nil, BlobOperations, BlobErrorKinds)}
 }
 
 // Unwrap returns the store InstrumentBlobs wrapped.
 func (in *InstrumentedBlobs) Unwrap() BlobStore { return in.inner }
 
 func (in *InstrumentedBlobs) record(ctx context.Context, op string, start time.Time, err error) {
-	if in.duration == nil {
-		return
-	}
-	in.duration.Record(ctx, in.now().Sub(start).Seconds(), in.attrs[op])
-	if err != nil {
-		in.errs.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", op), attribute.String("kind", BlobErrorKind(err))))
-	}
+	in.ops.Record(ctx, op, in.now().Sub(start).Seconds(), BlobErrorKind(err))
 }
 
 // BlobErrorKind names the class of a blob-store error for the kind label: not_found for

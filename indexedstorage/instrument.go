@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -18,12 +17,8 @@ const meterName = "github.com/stratalog/strata/indexedstorage"
 // Storage.
 type Instrumented struct {
 	around
-	duration metric.Float64Histogram
-	errs     metric.Int64Counter
-	name     string
-	now      func() time.Time
-	// attrs is built once per operation so that recording allocates nothing per call.
-	attrs map[Operation]metric.MeasurementOption
+	now func() time.Time
+	ops *latency.Operations
 }
 
 // Instrument wraps st and records, labelled storage=name and operation=<Operation>:
@@ -33,49 +28,26 @@ type Instrumented struct {
 //     operation × kind is present at 0 from the start.
 //
 // A nil meterProvider records nothing. Instrument creation cannot fail for these constant names; if a
-// provider refuses one anyway, the error goes to otel.Handle and that instrument records nothing.
+// provider refuses one anyway, the error goes to otel.Handle and the wrapper records nothing.
 func Instrument(st Storage, mp metric.MeterProvider, name string) *Instrumented {
-	in := &Instrumented{name: name, now: time.Now, attrs: make(map[Operation]metric.MeasurementOption, len(Operations))}
+	ops := make([]string, len(Operations))
+	for i, op := range Operations {
+		ops[i] = string(op)
+	}
+	in := &Instrumented{now: time.Now, ops: latency.NewOperations(mp, meterName, "strata_storage_operation",
+		"Latency of indexed-storage operations.", "Indexed-storage operations that returned an error, by kind.",
+		[]attribute.KeyValue{attribute.String("storage", name)}, ops, ErrorKinds)}
 	in.around = around{inner: st, call: in.call}
-	if mp == nil {
-		return in
-	}
-	meter := mp.Meter(meterName)
-	duration, err1 := meter.Float64Histogram("strata_storage_operation_duration",
-		latency.Histogram("Latency of indexed-storage operations.")...)
-	errs, err2 := meter.Int64Counter("strata_storage_operation_errors",
-		metric.WithDescription("Indexed-storage operations that returned an error, by kind."))
-	if err := errors.Join(err1, err2); err != nil {
-		otel.Handle(err)
-		return in
-	}
-	in.duration, in.errs = duration, errs
-	ctx := context.Background()
-	for _, op := range Operations {
-		in.attrs[op] = metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("storage", name), attribute.String("operation", string(op))))
-		// Every operation × kind at 0 from the start, so a rate() over the errors exists before the
-		// first one and an alert on it is not blind until then.
-		for _, kind := range ErrorKinds {
-			errs.Add(ctx, 0, metric.WithAttributes(attribute.String("storage", name),
-				attribute.String("operation", string(op)), attribute.String("kind", kind)))
-		}
-	}
 	return in
 }
 
 func (in *Instrumented) call(ctx context.Context, op Operation, do func(context.Context) error) error {
-	if in.duration == nil {
+	if !in.ops.Enabled() {
 		return do(ctx)
 	}
 	start := in.now()
 	err := do(ctx)
-	in.duration.Record(ctx, in.now().Sub(start).Seconds(), in.attrs[op])
-	if err != nil {
-		in.errs.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("storage", in.name), attribute.String("operation", string(op)),
-			attribute.String("kind", ErrorKind(err))))
-	}
+	in.ops.Record(ctx, string(op), in.now().Sub(start).Seconds(), ErrorKind(err))
 	return err
 }
 
