@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"net"
 	"net/url"
 	"os"
 	"testing"
@@ -17,13 +16,7 @@ const S3Env = "STRATA_TEST_S3_URL"
 // local server needs (S3LocalEnv) where the variables are unset.
 func S3URL(tb testing.TB) string {
 	tb.Helper()
-	raw := os.Getenv(S3Env)
-	if raw == "" {
-		if InCI() {
-			tb.Fatalf("%s is not set; CI=true requires it (.ci/services.d/s3.sh exports it after starting the server)", S3Env)
-		}
-		tb.Skipf("%s is not set; set it to run this test against an S3-protocol server (go run ./internal/s3local/cmd/s3local)", S3Env)
-	}
+	raw := envURL(tb, S3Env, "set it to run this test against an S3-protocol server (go run ./internal/s3local/cmd/s3local)")
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "s3" || u.Host == "" {
 		tb.Fatalf("%s=%q: want s3://bucket?endpoint=http://127.0.0.1:PORT&…", S3Env, raw)
@@ -32,16 +25,8 @@ func S3URL(tb testing.TB) string {
 	if err != nil || ep.Host == "" {
 		tb.Fatalf("%s=%q has no endpoint= of a local server", S3Env, raw)
 	}
-	host, port := ep.Hostname(), ep.Port()
-	if port == "" {
-		port = "80"
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		tb.Fatalf("%s points at %q: tests only ever talk to loopback addresses", S3Env, host)
-	}
-	if err := dial(net.JoinHostPort(host, port)); err != nil {
-		tb.Fatalf("%s: nothing answers at %s: %v", S3Env, ep.Host, err)
-	}
+	// No start command: .ci/services.d/s3.sh builds and starts the server from the repository.
+	requireLoopback(tb, S3Env, ep, "80", "")
 	S3LocalEnv()
 	return raw
 }

@@ -93,17 +93,33 @@ type startResult struct {
 
 func serviceURL(tb testing.TB, env, defaultPort, startCommand string) string {
 	tb.Helper()
+	raw := envURL(tb, env, "set it to run this test against a real server")
+	u, err := url.Parse(raw)
+	if err != nil {
+		tb.Fatalf("%s=%q is not a URL: %v", env, raw, err)
+	}
+	requireLoopback(tb, env, u, defaultPort, startCommand)
+	return raw
+}
+
+// envURL returns the variable env, skipping the test when it is unset (hint says how to run it), or
+// failing it when CI=true.
+func envURL(tb testing.TB, env, hint string) string {
+	tb.Helper()
 	raw := os.Getenv(env)
 	if raw == "" {
 		if InCI() {
 			tb.Fatalf("%s is not set; CI=true requires it (.ci/run exports it after starting the service)", env)
 		}
-		tb.Skipf("%s is not set; set it to run this test against a real server", env)
+		tb.Skipf("%s is not set; %s", env, hint)
 	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		tb.Fatalf("%s=%q is not a URL: %v", env, raw, err)
-	}
+	return raw
+}
+
+// requireLoopback fails the test unless u's host (env's server) is a loopback address that answers on
+// its port (defaultPort if none); if nothing answers and startCommand is set, it runs that once first.
+func requireLoopback(tb testing.TB, env string, u *url.URL, defaultPort, startCommand string) {
+	tb.Helper()
 	host, port := u.Hostname(), u.Port()
 	if port == "" {
 		port = defaultPort
@@ -118,13 +134,14 @@ func serviceURL(tb testing.TB, env, defaultPort, startCommand string) string {
 	if res.err != nil {
 		tb.Fatalf("%s: %v", env, res.err)
 	}
-	return raw
 }
 
-// ensureListening dials addr and, if nothing answers, runs startCommand and waits for it to.
+// ensureListening dials addr and, if nothing answers, runs startCommand (if any) and waits for it to.
 func ensureListening(addr, startCommand string) error {
-	if dial(addr) == nil {
+	if err := dial(addr); err == nil {
 		return nil
+	} else if startCommand == "" {
+		return fmt.Errorf("nothing answers at %s: %v", addr, err)
 	}
 	out, err := exec.Command("sh", "-c", startCommand).CombinedOutput()
 	if err != nil {
