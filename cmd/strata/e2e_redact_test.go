@@ -2,11 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -35,23 +32,7 @@ func withPassword(t *testing.T, raw, schema string) string {
 
 func writeConfig(t *testing.T, dir, storage, extra string) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`[storage]
-url = %q
-[schedule]
-url = %q
-[blob]
-url = "fs://%s/blobs"
-[http]
-listen = "127.0.0.1:0"
-[sweep]
-interval = "1h"
-%s
-`, storage, storage, dir, extra)
-	path := filepath.Join(dir, "strata.toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return strataproc.WriteConfig(t, dir, storage, storage, "fs://"+dir+"/blobs", "[sweep]\ninterval = \"1h\"\n"+extra+"\n")
 }
 
 // A password in the storage URL, in its user-info and its query, never reaches stdout, stderr or

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -190,15 +189,7 @@ func proxyFor(t *testing.T, raw string) (*faultproxy.Proxy, string) {
 
 func writeConfig(t *testing.T, storageURL, scheduleURL, blobDir string, b budgets) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`[storage]
-url = %q
-[schedule]
-url = %q
-[blob]
-url = %q
-[http]
-listen = "127.0.0.1:0"
-[sweep]
+	return strataproc.WriteConfig(t, t.TempDir(), storageURL, scheduleURL, "fs://"+blobDir, fmt.Sprintf(`[sweep]
 interval = %q
 max_tick_duration = %q
 max_agent_duration = %q
@@ -208,12 +199,7 @@ max_archives_per_tick = 4
 page_size = 8
 [residency]
 ttl = "1h"
-`, storageURL, scheduleURL, "fs://"+blobDir, interval, b.maxTick, b.maxAgent, shutdownGrace)
-	path := filepath.Join(t.TempDir(), "strata.toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, interval, b.maxTick, b.maxAgent, shutdownGrace))
 }
 
 func feed(t *testing.T, p *strataproc.Process) {

@@ -317,24 +317,11 @@ func crashCheckAgent(ctx context.Context, l *oplogtest.Layers, a oplog.AgentID) 
 // never goes stale during the test.
 func writeCrashConfig(t *testing.T, storageURL, scheduleURL, blobDir string) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`[storage]
-url = %q
-[schedule]
-url = %q
-[blob]
-url = %q
-[http]
-listen = "127.0.0.1:0"
-[sweep]
+	return strataproc.WriteConfig(t, t.TempDir(), storageURL, scheduleURL, "fs://"+blobDir, `[sweep]
 interval = "100ms"
 max_concurrency = 1
 max_archives_per_tick = 1
 [residency]
 ttl = "1h"
-`, storageURL, scheduleURL, "fs://"+blobDir)
-	path := filepath.Join(t.TempDir(), "strata.toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`)
 }

@@ -156,3 +156,17 @@ func (p *Process) Stop(tb testing.TB) int {
 	}
 	return p.cmd.ProcessState.ExitCode()
 }
+
+// WriteConfig writes a strata.toml into dir for a test process: its stores (blobURL is the blob
+// store's URL), an HTTP listener on a free loopback port, then rest (more sections, verbatim). It
+// returns the file's path.
+func WriteConfig(t *testing.T, dir, storageURL, scheduleURL, blobURL, rest string) string {
+	t.Helper()
+	cfg := fmt.Sprintf("[storage]\nurl = %q\n[schedule]\nurl = %q\n[blob]\nurl = %q\n[http]\nlisten = \"127.0.0.1:0\"\n%s",
+		storageURL, scheduleURL, blobURL, rest)
+	path := filepath.Join(dir, "strata.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
