@@ -114,7 +114,7 @@ func PathSegment(s string) string {
 }
 
 // Blob is a blob archive level, a target only (it cannot enumerate its agents). Each chunk is one blob
-// at "{mode}/{L}/{component segment}/{name segment}/{last index, 20 digits}", the segments made by
+// at "{mode}/{L}/{bucket, 4 hex digits}/{component segment}/{name segment}/{last index, 20 digits}", the segments made by
 // PathSegment, so a chunk's path is fixed by its content: writing it again rewrites identical bytes.
 type Blob struct {
 	store BlobStore
@@ -138,13 +138,13 @@ func (b *Blob) Name() string { return b.name }
 func (b *Blob) ScanNamespace(oplog.Mode) (string, bool) { return "", false }
 
 // ScanAgents returns oplog.ErrNotEnumerable: the blob layer is a target only.
-func (b *Blob) ScanAgents(context.Context, oplog.Mode, is.Resume, int) (is.Page, error) {
+func (b *Blob) ScanAgents(context.Context, oplog.Mode, oplog.BucketRange, is.Resume, int) (is.Page, error) {
 	return is.Page{}, fmt.Errorf("%s: %w", b.name, oplog.ErrNotEnumerable)
 }
 
 // Dir is the path prefix under which the layer keeps the agent's chunks.
 func (b *Blob) Dir(agent oplog.AgentID, mode oplog.Mode) string {
-	return fmt.Sprintf("%s/%d/%s/%s/", mode, b.level, PathSegment(agent.Component), PathSegment(agent.Name))
+	return fmt.Sprintf("%s/%d/%s%s/%s/", mode, b.level, is.BucketPrefix(agent.Bucket()), PathSegment(agent.Component), PathSegment(agent.Name))
 }
 
 // ChunkPath is the path of the agent's chunk ending at last.

@@ -9,7 +9,7 @@ import (
 )
 
 // Compressed is an archive level L ≥ 1 in indexed storage: namespace "{mode}/compressed/{L}", key the
-// agent's key, one entry per chunk with id = the chunk's last index and value = the encoded chunk. It
+// agent's stored key (its bucket prefix and its key), one entry per chunk with id = the chunk's last index and value = the encoded chunk. It
 // can enumerate its agents, so it can be a sweep source.
 type Compressed struct {
 	st    is.Storage
@@ -36,9 +36,9 @@ func (c *Compressed) ScanNamespace(mode oplog.Mode) (string, bool) {
 	return oplog.CompressedNamespace(mode, c.level), true
 }
 
-// ScanAgents walks the agents holding chunks at this level.
-func (c *Compressed) ScanAgents(ctx context.Context, mode oplog.Mode, from is.Resume, count int) (is.Page, error) {
-	page, err := c.st.ScanStable(ctx, oplog.CompressedNamespace(mode, c.level), "", from, count)
+// ScanAgents walks the agents of the buckets r holding chunks at this level: one key range.
+func (c *Compressed) ScanAgents(ctx context.Context, mode oplog.Mode, r oplog.BucketRange, from is.Resume, count int) (is.Page, error) {
+	page, err := c.st.ScanStable(ctx, oplog.CompressedNamespace(mode, c.level), r.Keys(), from, count)
 	if err != nil {
 		return page, fmt.Errorf("%s: scan %s agents: %w", c.name, mode, err)
 	}
@@ -48,7 +48,7 @@ func (c *Compressed) ScanAgents(ctx context.Context, mode oplog.Mode, from is.Re
 func (c *Compressed) Read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit) ([]oplog.Entry, error) {
 	ns := oplog.CompressedNamespace(mode, c.level)
 	return readChunks(ctx, c.name, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {
-		e, ok, err := c.st.Closest(ctx, ns, agent.Key(), uint64(from))
+		e, ok, err := c.st.Closest(ctx, ns, agent.StoredKey(), uint64(from))
 		if err != nil {
 			return 0, nil, false, fmt.Errorf("%s: read %s: %w", c.name, agent, err)
 		}
@@ -57,7 +57,7 @@ func (c *Compressed) Read(ctx context.Context, agent oplog.AgentID, mode oplog.M
 }
 
 func (c *Compressed) FirstIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {
-	e, ok, err := c.st.First(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key())
+	e, ok, err := c.st.First(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey())
 	if err != nil || !ok {
 		return 0, false, c.wrap("first index", agent, err)
 	}
@@ -69,7 +69,7 @@ func (c *Compressed) FirstIndex(ctx context.Context, agent oplog.AgentID, mode o
 }
 
 func (c *Compressed) LastIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {
-	e, ok, err := c.st.Last(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key())
+	e, ok, err := c.st.Last(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey())
 	return oplog.Index(e.ID), ok, c.wrap("last index", agent, err)
 }
 
@@ -83,16 +83,16 @@ func (c *Compressed) Append(ctx context.Context, agent oplog.AgentID, mode oplog
 	for i, ch := range chunks {
 		rows[i] = is.Entry{ID: uint64(ch.last), Value: ch.data}
 	}
-	return c.wrap("append", agent, c.st.AppendMany(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key(), rows))
+	return c.wrap("append", agent, c.st.AppendMany(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), rows))
 }
 
 func (c *Compressed) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) error {
-	_, err := c.st.DropPrefix(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key(), uint64(upTo))
+	_, err := c.st.DropPrefix(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), uint64(upTo))
 	return c.wrap("drop prefix", agent, err)
 }
 
 func (c *Compressed) Delete(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) error {
-	return c.wrap("delete", agent, c.st.Delete(ctx, oplog.CompressedNamespace(mode, c.level), agent.Key()))
+	return c.wrap("delete", agent, c.st.Delete(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey()))
 }
 
 func (c *Compressed) wrap(what string, agent oplog.AgentID, err error) error {

@@ -79,7 +79,7 @@ func TestBlob_ChunkPathOfAShortAgentIsAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent := oplog.AgentID{Component: "shop", Name: "cart/42"}
-	if got, want := b0.ChunkPath(agent, oplog.Ephemeral, 4096), "ephemeral/0/shop/cart%2F42/00000000000000004096"; got != want {
+	if got, want := b0.ChunkPath(agent, oplog.Ephemeral, 4096), "ephemeral/0/111e/shop/cart%2F42/00000000000000004096"; got != want {
 		t.Fatalf("ChunkPath = %q, want %q", got, want)
 	}
 }

@@ -86,19 +86,23 @@ type Storage interface {
 	// deletion); use ScanStable for that. count is a hint of how many keys a call examines (≥ 1).
 	Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (next uint64, keys []string, err error)
 
-	// ScanStable walks the keys of ns that start with prefix (matched literally, byte for byte),
-	// resuming by seeking rather than by position, so the caller may delete keys as it goes.
+	// ScanStable walks the keys of ns in the range r (Start ≤ key < End, compared byte for byte; a
+	// prefix is PrefixRange(prefix)), resuming by seeking rather than by position, so the caller may
+	// delete keys as it goes. An ordered backend seeks to r.Start; a walk of a small range costs that
+	// range, not the namespace.
 	//
 	// The zero Resume starts a walk; each page's Next continues it until a page reports Done. A key
 	// present for the whole walk must be handed back at least once, in Keys or, when the backend
 	// cannot read that index's own storage, in Unreadable; a key created or deleted during the walk
-	// may or may not be. One unreadable index must not fail the page: the walk moves past it. A page holds at most count keys unless the backend documents
-	// otherwise, and may be empty without being Done. A Resume minted by another kind of backend, or
-	// malformed, must return ErrInvalidArgument, never restart the walk silently.
+	// may or may not be. One unreadable index must not fail the page: the walk moves past it. A page
+	// holds at most count keys unless the backend documents otherwise, and may be empty without being
+	// Done. An empty range is one Done page. A Resume minted by another kind of backend, or malformed,
+	// must return ErrInvalidArgument, never restart the walk silently; bounds that are not valid
+	// UTF-8, hold NUL or exceed MaxKeyLen are ErrInvalidArgument too (ValidateRange).
 	//
 	// Backends that hand back every key once, in ascending byte order, declare it through
 	// Capabilities (see CapabilitiesOf).
-	ScanStable(ctx context.Context, ns, prefix string, from Resume, count int) (Page, error)
+	ScanStable(ctx context.Context, ns string, r KeyRange, from Resume, count int) (Page, error)
 
 	// Close releases the backend's resources. Every later call returns ErrClosed; Close itself is
 	// idempotent.

@@ -105,9 +105,9 @@ func (a *around) Scan(ctx context.Context, ns, prefix string, cursor uint64, cou
 	return
 }
 
-func (a *around) ScanStable(ctx context.Context, ns, prefix string, from Resume, count int) (page Page, err error) {
+func (a *around) ScanStable(ctx context.Context, ns string, r KeyRange, from Resume, count int) (page Page, err error) {
 	err = a.call(ctx, OpScanStable, func(ctx context.Context) (e error) {
-		page, e = a.inner.ScanStable(ctx, ns, prefix, from, count)
+		page, e = a.inner.ScanStable(ctx, ns, r, from, count)
 		return
 	})
 	return

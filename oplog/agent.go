@@ -44,13 +44,22 @@ type AgentID struct {
 	Name      string
 }
 
-// Key is the agent's storage key, Component + ":" + Name. ParseAgentKey is its inverse.
+// Key is the agent's key, Component + ":" + Name: how executors, the API and logs name it.
+// ParseAgentKey is its inverse. Indexed layers store it under StoredKey.
 func (a AgentID) Key() string { return a.Component + ":" + a.Name }
+
+// StoredKey is the agent's key in every indexed layer (DESIGN §11): its bucket's prefix, then Key,
+// "0a5b/c:a" for bucket 2651. The prefix is fixed-width, so keys sort by bucket and a shard's agents
+// are one contiguous key range. ParseStoredKey is its inverse.
+func (a AgentID) StoredKey() string { return is.BucketPrefix(a.Bucket()) + a.Key() }
+
+// MaxKeyLen is the longest agent key: an indexed-storage key less its bucket prefix.
+const MaxKeyLen = is.MaxKeyLen - is.BucketPrefixLen
 
 func (a AgentID) String() string { return a.Key() }
 
 // Validate checks the agent can address an oplog: a non-empty component without ':', a non-empty name,
-// and a key that is a valid indexed-storage key.
+// and a stored key that is a valid indexed-storage key (so Key is at most MaxKeyLen bytes).
 func (a AgentID) Validate() error {
 	switch {
 	case a.Component == "":
@@ -60,7 +69,11 @@ func (a AgentID) Validate() error {
 	case a.Name == "":
 		return fmt.Errorf("%w: empty name", ErrInvalidAgent)
 	}
-	if err := is.ValidateKey(a.Key()); err != nil {
+	if len(a.Key()) > MaxKeyLen {
+		return fmt.Errorf("%w: key must be at most %d bytes (%d with its bucket prefix), got %d", ErrInvalidAgent,
+			MaxKeyLen, is.MaxKeyLen, len(a.Key()))
+	}
+	if err := is.ValidateKey(a.StoredKey()); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAgent, err)
 	}
 	return nil
@@ -76,6 +89,25 @@ func ParseAgentKey(key string) (AgentID, error) {
 	a := AgentID{Component: component, Name: name}
 	if err := a.Validate(); err != nil {
 		return AgentID{}, fmt.Errorf("key %q: %w", key, err)
+	}
+	return a, nil
+}
+
+// ParseStoredKey turns a key of an indexed layer back into an AgentID: a bucket prefix, then an agent
+// key, the prefix that of the agent's own bucket. A key without a prefix, with a prefix of another
+// bucket (a foreign writer hashed it differently), or whose rest is no agent key is ErrInvalidAgent:
+// the sweep counts such a key unparseable and never archives it.
+func ParseStoredKey(key string) (AgentID, error) {
+	bucket, ok := is.KeyBucket(key)
+	if !ok {
+		return AgentID{}, fmt.Errorf("%w: stored key %q does not start with a bucket prefix (four hex digits and '/')", ErrInvalidAgent, key)
+	}
+	a, err := ParseAgentKey(key[is.BucketPrefixLen:])
+	if err != nil {
+		return AgentID{}, fmt.Errorf("stored key %q: %w", key, err)
+	}
+	if b := a.Bucket(); b != bucket {
+		return AgentID{}, fmt.Errorf("%w: stored key %q has the prefix of bucket %d, its agent hashes to bucket %d", ErrInvalidAgent, key, bucket, b)
 	}
 	return a, nil
 }

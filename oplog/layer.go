@@ -81,10 +81,12 @@ type Layer interface {
 	// source of a sweep route; a layer answering false is a target only.
 	ScanNamespace(mode Mode) (ns string, ok bool)
 
-	// ScanAgents walks the keys of the scan namespace with indexedstorage ScanStable semantics (a key
-	// present for the whole walk is handed back at least once, whatever the caller deletes). A layer
-	// whose ScanNamespace answers false returns ErrNotEnumerable.
-	ScanAgents(ctx context.Context, mode Mode, from is.Resume, count int) (is.Page, error)
+	// ScanAgents walks the stored keys (AgentID.StoredKey) of the agents in the buckets of r, in the
+	// scan namespace, with indexedstorage ScanStable semantics (a key present for the whole walk is
+	// handed back at least once, whatever the caller deletes): a walk of one shard's buckets costs that
+	// shard's keys. A key in the walked range that is no agent's stored key (see ParseStoredKey) may be
+	// handed back too. A layer whose ScanNamespace answers false returns ErrNotEnumerable.
+	ScanAgents(ctx context.Context, mode Mode, r BucketRange, from is.Resume, count int) (is.Page, error)
 }
 
 // ErrNotEnumerable is returned by ScanAgents of a layer that cannot enumerate its agents.

@@ -25,7 +25,7 @@ func (p *Primary) Name() string { return "primary" }
 func (p *Primary) ScanNamespace(Mode) (string, bool) { return "", false }
 
 // ScanAgents returns ErrNotEnumerable: see ScanNamespace.
-func (p *Primary) ScanAgents(context.Context, Mode, is.Resume, int) (is.Page, error) {
+func (p *Primary) ScanAgents(context.Context, Mode, BucketRange, is.Resume, int) (is.Page, error) {
 	return is.Page{}, fmt.Errorf("primary: %w", ErrNotEnumerable)
 }
 
@@ -39,7 +39,7 @@ const primaryReadBatch = 256
 // read (or a hole a writer left) never yields a result with a gap.
 func (p *Primary) Read(ctx context.Context, agent AgentID, mode Mode, from, to Index, limit ReadLimit) ([]Entry, error) {
 	limit = limit.normalized()
-	ns, key := PrimaryNamespace(mode), agent.Key()
+	ns, key := PrimaryNamespace(mode), agent.StoredKey()
 	var out []Entry
 	size := 0
 	for next := max(from, 1); next <= to && !limit.Full(len(out), size); {
@@ -80,7 +80,7 @@ func (p *Primary) Read(ctx context.Context, agent AgentID, mode Mode, from, to I
 }
 
 func (p *Primary) FirstIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error) {
-	e, ok, err := p.st.First(ctx, PrimaryNamespace(mode), agent.Key())
+	e, ok, err := p.st.First(ctx, PrimaryNamespace(mode), agent.StoredKey())
 	if err != nil {
 		return 0, false, fmt.Errorf("first index of primary oplog of %s: %w", agent, err)
 	}
@@ -88,7 +88,7 @@ func (p *Primary) FirstIndex(ctx context.Context, agent AgentID, mode Mode) (Ind
 }
 
 func (p *Primary) LastIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error) {
-	e, ok, err := p.st.Last(ctx, PrimaryNamespace(mode), agent.Key())
+	e, ok, err := p.st.Last(ctx, PrimaryNamespace(mode), agent.StoredKey())
 	if err != nil {
 		return 0, false, fmt.Errorf("last index of primary oplog of %s: %w", agent, err)
 	}
@@ -100,21 +100,21 @@ func (p *Primary) Append(ctx context.Context, agent AgentID, mode Mode, entries 
 	for i, e := range entries {
 		rows[i] = is.Entry{ID: uint64(e.Index), Value: e.Payload}
 	}
-	if err := p.st.AppendMany(ctx, PrimaryNamespace(mode), agent.Key(), rows); err != nil {
+	if err := p.st.AppendMany(ctx, PrimaryNamespace(mode), agent.StoredKey(), rows); err != nil {
 		return fmt.Errorf("append to primary oplog of %s: %w", agent, err)
 	}
 	return nil
 }
 
 func (p *Primary) DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) error {
-	if _, err := p.st.DropPrefix(ctx, PrimaryNamespace(mode), agent.Key(), uint64(upTo)); err != nil {
+	if _, err := p.st.DropPrefix(ctx, PrimaryNamespace(mode), agent.StoredKey(), uint64(upTo)); err != nil {
 		return fmt.Errorf("drop primary oplog of %s up to %d: %w", agent, upTo, err)
 	}
 	return nil
 }
 
 func (p *Primary) Delete(ctx context.Context, agent AgentID, mode Mode) error {
-	if err := p.st.Delete(ctx, PrimaryNamespace(mode), agent.Key()); err != nil {
+	if err := p.st.Delete(ctx, PrimaryNamespace(mode), agent.StoredKey()); err != nil {
 		return fmt.Errorf("delete primary oplog of %s: %w", agent, err)
 	}
 	return nil

@@ -1,10 +1,15 @@
 package oplog
 
-import "hash/fnv"
+import (
+	"hash/fnv"
+	"slices"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
 
 // Buckets is how many buckets agents hash into (DESIGN §11): as many as Redis Cluster has slots.
 // Shards are contiguous bucket ranges, so a change of the shard count moves no agent between buckets.
-const Buckets = 16384
+const Buckets = is.Buckets
 
 // Bucket returns the agent's bucket: FNV-1a (64-bit) of the agent's key, modulo Buckets. Executors,
 // the sweep and the scheduled rows must agree on it; an executor written in another language computes
@@ -42,6 +47,9 @@ func (r BucketRange) Contains(bucket int) bool { return r.Lo <= bucket && bucket
 // Empty reports whether the range holds no bucket.
 func (r BucketRange) Empty() bool { return r.Lo >= r.Hi }
 
+// Keys is the range of the stored keys of the range's agents (see AgentID.StoredKey).
+func (r BucketRange) Keys() is.KeyRange { return is.BucketsRange(r.Lo, r.Hi) }
+
 // Valid reports whether the range lies within [0, Buckets] with Lo ≤ Hi.
 func (r BucketRange) Valid() bool { return 0 <= r.Lo && r.Lo <= r.Hi && r.Hi <= Buckets }
 
@@ -65,6 +73,23 @@ func ShardsBuckets(count int, shards []int) []BucketRange {
 		if r := ShardBuckets(s, count); !r.Empty() {
 			out = append(out, r)
 		}
+	}
+	return out
+}
+
+// CoalesceBuckets returns the buckets of ranges as few ranges as possible, ascending: overlapping and
+// adjacent ranges are merged and empty ones left out. A walk of an assignment's shards walks these, so
+// that neighbouring shards cost one range, not one each.
+func CoalesceBuckets(ranges []BucketRange) []BucketRange {
+	sorted := slices.DeleteFunc(slices.Clone(ranges), BucketRange.Empty)
+	slices.SortFunc(sorted, func(a, b BucketRange) int { return a.Lo - b.Lo })
+	var out []BucketRange
+	for _, r := range sorted {
+		if n := len(out); n > 0 && r.Lo <= out[n-1].Hi {
+			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
+			continue
+		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -103,7 +103,9 @@ func usable(a Assignment, known bool, now time.Time) (ok bool, reason, why strin
 	switch {
 	case !known:
 		return false, StandDownNoAssignment, "no shard assignment"
-	case a.ShardCount < 1 || len(a.Shards) == 0:
+	case len(walkRanges(a)) == 0:
+		// No shard, or none that exists among ShardCount (a shard ≥ ShardCount, a count outside
+		// 1..MaxShardCount): nothing to walk.
 		return false, StandDownNoShards, "assignment has no shards"
 	case !a.LeaseUntil.IsZero() && !now.Before(a.LeaseUntil):
 		return false, StandDownLeaseLapsed, "assignment lease lapsed"
@@ -111,9 +113,16 @@ func usable(a Assignment, known bool, now time.Time) (ok bool, reason, why strin
 	return true, "", ""
 }
 
-// parseAgent turns a scanned key into an agent.
+// walkRanges is what a pass walks for an assignment: the buckets of its shards, as few key ranges as
+// they make (neighbouring shards are one range). A usable assignment always has at least one.
+func walkRanges(a Assignment) []oplog.BucketRange {
+	return oplog.CoalesceBuckets(oplog.ShardsBuckets(a.ShardCount, a.Shards))
+}
+
+// parseAgent turns a scanned key, a stored key, into an agent; a key that is no agent's stored key
+// (no bucket prefix, or the prefix of another bucket) is not one.
 func parseAgent(key string) (oplog.AgentID, bool) {
-	a, err := oplog.ParseAgentKey(key)
+	a, err := oplog.ParseStoredKey(key)
 	return a, err == nil
 }
 

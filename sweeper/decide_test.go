@@ -2,19 +2,49 @@ package sweeper
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
 
 func TestParseAgent(t *testing.T) {
-	if a, ok := parseAgent("comp:name:with:colons"); !ok || a != (oplog.AgentID{Component: "comp", Name: "name:with:colons"}) {
-		t.Fatalf("parseAgent: %+v %v", a, ok)
+	want := oplog.AgentID{Component: "comp", Name: "name:with:colons"}
+	if a, ok := parseAgent(want.StoredKey()); !ok || a != want {
+		t.Fatalf("parseAgent(%q): %+v %v", want.StoredKey(), a, ok)
 	}
-	for _, bad := range []string{"no-colon", ":name", "comp:", ""} {
+	prefix := is.BucketPrefix(want.Bucket())
+	other := is.BucketPrefix((want.Bucket() + 1) % is.Buckets)
+	for _, bad := range []string{
+		"no-colon", ":name", "comp:", "",
+		want.Key(),                           // no bucket prefix (a key of the layout before buckets)
+		other + want.Key(),                   // another bucket's prefix
+		strings.ToUpper(prefix) + want.Key(), // hex digits in upper case
+		"4000/" + want.Key(),                 // a bucket past the last
+		prefix + "no-colon", prefix + ":name", prefix,
+	} {
 		if _, ok := parseAgent(bad); ok {
 			t.Fatalf("parseAgent(%q) accepted", bad)
+		}
+	}
+}
+
+func TestWalkRanges_CoverTheAssignmentsBucketsInFewestRanges(t *testing.T) {
+	for _, c := range []struct {
+		a    Assignment
+		want []oplog.BucketRange
+	}{
+		{Assignment{ShardCount: 1, Shards: []int{0}}, []oplog.BucketRange{{Lo: 0, Hi: oplog.Buckets}}},
+		{Assignment{ShardCount: 4, Shards: []int{3, 1, 2}}, []oplog.BucketRange{{Lo: 4096, Hi: oplog.Buckets}}},
+		{Assignment{ShardCount: 4, Shards: []int{0, 2, 2}}, []oplog.BucketRange{{Lo: 0, Hi: 4096}, {Lo: 8192, Hi: 12288}}},
+		{Assignment{ShardCount: 7, Shards: []int{1}}, []oplog.BucketRange{{Lo: 2341, Hi: 4682}}},
+		{Assignment{ShardCount: 4, Shards: []int{4, -1}}, nil},
+		{Assignment{ShardCount: oplog.Buckets + 1, Shards: []int{0}}, nil},
+	} {
+		if got := walkRanges(c.a); !slices.Equal(got, c.want) {
+			t.Errorf("walkRanges(%+v) = %v, want %v", c.a, got, c.want)
 		}
 	}
 }
@@ -55,13 +85,13 @@ func TestTriage_DecidesCheapestFirst(t *testing.T) {
 	if _, o, c := triage("garbage", a, resident); o != OutcomeUnparseable || c || asked != 0 {
 		t.Fatalf("unparseable: %s %v, residency asked %d times", o, c, asked)
 	}
-	if _, o, c := triage(other.Key(), a, resident); o != OutcomeNotOwned || c || asked != 0 {
+	if _, o, c := triage(other.StoredKey(), a, resident); o != OutcomeNotOwned || c || asked != 0 {
 		t.Fatalf("other shard: %s %v, residency asked %d times", o, c, asked)
 	}
-	if _, o, c := triage(mine.Key(), a, resident); o != OutcomeResident || c || asked != 1 {
+	if _, o, c := triage(mine.StoredKey(), a, resident); o != OutcomeResident || c || asked != 1 {
 		t.Fatalf("resident: %s %v", o, c)
 	}
-	if ag, o, c := triage(mine.Key(), a, func(oplog.AgentID) bool { return false }); o != "" || !c || ag != mine {
+	if ag, o, c := triage(mine.StoredKey(), a, func(oplog.AgentID) bool { return false }); o != "" || !c || ag != mine {
 		t.Fatalf("candidate: %+v %s %v", ag, o, c)
 	}
 }

@@ -44,7 +44,7 @@ func (p *probe) Last(ctx context.Context, ns, key string) (is.Entry, bool, error
 	return e, ok, err
 }
 
-func (p *probe) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
+func (p *probe) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	p.mu.Lock()
 	p.pages++
 	n, dup, lat, hook := p.pages, p.duplicate, p.latency, p.onPage
@@ -55,7 +55,7 @@ func (p *probe) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 	if err := sleep(ctx, lat); err != nil {
 		return is.Page{}, err
 	}
-	page, err := p.Storage.ScanStable(ctx, ns, prefix, from, count)
+	page, err := p.Storage.ScanStable(ctx, ns, r, from, count)
 	if dup {
 		var twice []string
 		for _, k := range page.Keys {
@@ -83,7 +83,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 func (p *probe) lastsOf(a oplog.AgentID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.lasts[a.Key()]
+	return p.lasts[a.StoredKey()]
 }
 
 func (p *probe) set(fn func(p *probe)) {
@@ -218,7 +218,7 @@ func (e *env) tick() sweeper.Report {
 // inLayer reports whether the storage still holds the agent at compressed level 1.
 func (e *env) inLayer(a oplog.AgentID) bool {
 	e.t.Helper()
-	ok, err := e.st.Storage.Exists(e.t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
+	ok, err := e.st.Storage.Exists(e.t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.StoredKey())
 	if err != nil {
 		e.t.Fatal(err)
 	}

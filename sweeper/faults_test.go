@@ -44,7 +44,7 @@ func TestSweep_AnUnreadableKeyIsSkippedAndTheWalkMovesOn(t *testing.T) {
 	cfg.PageSize = 3
 	bad := agent("agent-004")
 	e := newEnvOn(t, failing(memory.New(), func(key string) error {
-		if key == bad.Key() {
+		if key == bad.StoredKey() {
 			return errPoison
 		}
 		return nil
@@ -56,7 +56,7 @@ func TestSweep_AnUnreadableKeyIsSkippedAndTheWalkMovesOn(t *testing.T) {
 		if rr.Outcomes[sweeper.OutcomeUnreadable] != want || !rr.PassCompleted || rr.Errors != want {
 			t.Fatalf("tick %d: outcomes %+v, pass completed %v, errors %d", i, rr.Outcomes, rr.PassCompleted, rr.Errors)
 		}
-		if len(rr.Unreadable) != 1 || rr.Unreadable[0].Key != bad.Key() || !strings.Contains(rr.Unreadable[0].Err, "poisoned") {
+		if len(rr.Unreadable) != 1 || rr.Unreadable[0].Key != bad.StoredKey() || !strings.Contains(rr.Unreadable[0].Err, "poisoned") {
 			t.Fatalf("tick %d: unreadable listed %+v", i, rr.Unreadable)
 		}
 	}
@@ -68,10 +68,10 @@ func TestSweep_AnUnreadableKeyIsSkippedAndTheWalkMovesOn(t *testing.T) {
 		}
 	}
 	st := e.sw.Status()
-	if len(st.Unreadable) == 0 || st.Unreadable[len(st.Unreadable)-1].Where != bad.Key() {
+	if len(st.Unreadable) == 0 || st.Unreadable[len(st.Unreadable)-1].Where != bad.StoredKey() {
 		t.Fatalf("status lists %+v", st.Unreadable)
 	}
-	if !strings.Contains(e.logs.String(), bad.Key()) {
+	if !strings.Contains(e.logs.String(), bad.StoredKey()) {
 		t.Fatalf("the log never names the bad key:\n%s", e.logs.String())
 	}
 }
@@ -82,8 +82,8 @@ type withPages struct {
 	rewrite func(is.Page) is.Page
 }
 
-func (w withPages) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
-	page, err := w.Storage.ScanStable(ctx, ns, prefix, from, count)
+func (w withPages) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	page, err := w.Storage.ScanStable(ctx, ns, r, from, count)
 	if err == nil {
 		page = w.rewrite(page)
 	}
@@ -334,7 +334,7 @@ func TestSweep_ADrainThatFindsNothingIsDeclinedNotArchived(t *testing.T) {
 	// sweep checked the layer, before its drain.
 	e.st.set(func(p *probe) {
 		p.afterLast = func(key string, n int) {
-			if key == a.Key() && n == 3 { // scan, scan, then the archive's check
+			if key == a.StoredKey() && n == 3 { // scan, scan, then the archive's check
 				once.Do(func() {
 					if _, err := e.stack.Drain(context.Background(), a, oplog.Ephemeral); err != nil {
 						t.Error(err)

@@ -12,6 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/latency"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
@@ -26,7 +27,7 @@ func TestMetrics_NamesLabelsAndCountsReadBack(t *testing.T) {
 	}))
 	agents := strandMany(e, 3)
 	e.setResident(agents[0], true)
-	if err := e.st.Storage.Append(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), "no-colon-key", 1, []byte("x")); err != nil {
+	if err := e.st.Storage.Append(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), is.BucketPrefix(0)+"no-colon-key", 1, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

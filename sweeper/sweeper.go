@@ -71,7 +71,11 @@ type route struct {
 	Route
 	source oplog.Layer
 
-	resume is.Resume // where the pass continues; lives in memory only
+	// ranges are the bucket ranges a pass walks, from the assignment (walkRanges); the pass is in
+	// ranges[at], continuing from resume. A changed assignment restarts the walk on its own ranges.
+	ranges []oplog.BucketRange
+	at     int
+	resume is.Resume // where the walk of ranges[at] continues; lives in memory only
 	pass   uint64    // the pass under way, from 1
 	// scanned is the pass this tick's scan of the route ran in (pass, or pass-1 once the scan completed
 	// it): what the archive phase stamps a declined agent with.
@@ -307,6 +311,9 @@ var errShutdownGrace = errors.New("sweep shutdown grace elapsed")
 // where it was. A page with a transient failure ends the route's tick after that page, so a store that
 // fails every call costs one page of failed reads a tick, not the whole scan budget.
 func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, scanShare, pageShare, archiveShare int, rr *RouteReport) []candidate {
+	if want := walkRanges(a); !slices.Equal(want, r.ranges) {
+		r.ranges, r.at, r.resume = want, 0, is.Resume{}
+	}
 	r.scanned = r.pass
 	cands := slices.Clone(r.pending)
 	queued := map[string]bool{}
@@ -326,7 +333,7 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			rr.Truncated = reason
 			return cands
 		}
-		page, err := r.source.ScanAgents(tickCtx, r.Mode, r.resume, s.cfg.PageSize)
+		page, err := r.source.ScanAgents(tickCtx, r.Mode, r.ranges[r.at], r.resume, s.cfg.PageSize)
 		rr.Pages++
 		if err != nil {
 			s.storageError(ctx, tickCtx, rr, "scan", err)
@@ -360,12 +367,16 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			s.unreadable(r, rr, u.Key, u.Where, u.Err)
 			transient = transient || errors.Is(u.Err, is.ErrTransient)
 		}
-		if page.Done {
+		switch {
+		case page.Done && r.at+1 == len(r.ranges):
 			s.completePass(r)
 			rr.PassCompleted = true
 			return cands
+		case page.Done:
+			r.at, r.resume = r.at+1, is.Resume{}
+		default:
+			r.resume = page.Next
 		}
-		r.resume = page.Next
 		if transient {
 			return cands
 		}
@@ -437,7 +448,7 @@ func (s *Sweeper) completePass(r *route) {
 		}
 	}
 	r.pass++
-	r.resume = is.Resume{}
+	r.at, r.resume = 0, is.Resume{}
 }
 
 // dropUnowned drops at once the tracking entries of agents on shards the assignment no longer owns.

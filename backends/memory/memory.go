@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/google/btree"
@@ -199,7 +198,7 @@ func (s *Store) Scan(_ context.Context, ns, prefix string, cursor uint64, count 
 	}
 	skip := cursor
 	more := false
-	s.ascend(ns, prefix, prefix, func(key string) bool {
+	s.ascend(ns, is.PrefixRange(prefix), prefix, func(key string) bool {
 		if skip > 0 {
 			skip--
 			return true
@@ -218,8 +217,8 @@ func (s *Store) Scan(_ context.Context, ns, prefix string, cursor uint64, count 
 }
 
 // ScanStable seeks past the marker of the last page in the namespace's B-tree.
-func (s *Store) ScanStable(_ context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
-	if err := is.ValidateScan(ns, prefix, count); err != nil {
+func (s *Store) ScanStable(_ context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
 	marker, start, err := from.Marker()
@@ -231,13 +230,13 @@ func (s *Store) ScanStable(_ context.Context, ns, prefix string, from is.Resume,
 	if s.closed {
 		return is.Page{}, is.ErrClosed
 	}
-	seek := prefix
+	seek := r.Start
 	if !start && marker > seek {
 		seek = marker
 	}
 	var page is.Page
 	more := false
-	s.ascend(ns, prefix, seek, func(key string) bool {
+	s.ascend(ns, r, seek, func(key string) bool {
 		if !start && key <= marker {
 			return true
 		}
@@ -256,15 +255,15 @@ func (s *Store) ScanStable(_ context.Context, ns, prefix string, from is.Resume,
 	return page, nil
 }
 
-// ascend calls fn for the keys of ns from seek on while they start with prefix and fn returns true.
-// The caller holds the lock.
-func (s *Store) ascend(ns, prefix, seek string, fn func(key string) bool) {
+// ascend calls fn for the keys of ns from seek on while they lie in r and fn returns true. The caller
+// holds the lock.
+func (s *Store) ascend(ns string, r is.KeyRange, seek string, fn func(key string) bool) {
 	n := s.namespaces[ns]
 	if n == nil {
 		return
 	}
 	n.keys.AscendGreaterOrEqual(seek, func(key string) bool {
-		return strings.HasPrefix(key, prefix) && fn(key)
+		return (!r.Bounded() || key < r.End) && fn(key)
 	})
 }
 

@@ -265,9 +265,9 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 	return err
 }
 
-// ScanStable visits at most count files a page, in name order, and hands back the keys with the prefix
+// ScanStable visits at most count files a page, in name order, and hands back the keys in the range
 // found in them (a file normally holds one key, so a page normally holds at most count keys; it holds
-// fewer when files are emptied or their keys lack the prefix). Next is the last file visited; the next
+// fewer when files are emptied or their keys lie outside the range). Next is the last file visited; the next
 // page finds its place in the cached listing by binary search, so resuming costs O(log F), not a scan
 // of the files before it. A file created after the listing was made may or may not be visited by a
 // walk under way, as the contract allows; the listing is dropped when this process creates a file, so
@@ -276,8 +276,8 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 // A visited file whose keys cannot be read is listed in the page's Unreadable (Where is its path
 // under the store's directory; Key is "", the name being a hash) and the page goes on: Next and Done
 // move as if it had been read. A failure that is not the file's own (see fileFault) fails the page.
-func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
-	if err := is.ValidateScan(ns, prefix, count); err != nil {
+func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
 	after, start, err := from.File()
@@ -304,10 +304,10 @@ func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 	}
 	var page is.Page
 	for _, name := range names[i:end] {
-		keys, err := s.fileKeys(ctx, ns, name, prefix)
+		keys, err := s.fileKeys(ctx, ns, name, r)
 		if err != nil {
 			if !fileFault(ctx.Err(), err) {
-				return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, prefix, err)
+				return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, r.String(), err)
 			}
 			page.Unreadable = append(page.Unreadable, is.Unreadable{Where: where(ns, name), Err: err})
 			continue
@@ -347,12 +347,12 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	}
 	var keys []string
 	for _, name := range names[i:end] {
-		found, err := s.fileKeys(ctx, ns, name, prefix)
+		found, err := s.fileKeys(ctx, ns, name, is.PrefixRange(prefix))
 		if err != nil {
 			if fileFault(ctx.Err(), err) {
 				err = fmt.Errorf("file %s: %w", where(ns, name), err)
 			}
-			return 0, nil, s.walkFailed(ctx, is.OpScan, ns, prefix, err)
+			return 0, nil, s.walkFailed(ctx, is.OpScan, ns, fmt.Sprintf("prefix %q", prefix), err)
 		}
 		keys = append(keys, found...)
 	}
@@ -364,11 +364,11 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 
 // walkFailed is the error of a scan that stops at a file: the caller's own ctx error when it has one
 // (an interrupted statement need not say why it stopped), else err.
-func (s *Store) walkFailed(ctx context.Context, op is.Operation, ns, prefix string, err error) error {
+func (s *Store) walkFailed(ctx context.Context, op is.Operation, ns, what string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		err, _ = is.ClassifyCommon(ctxErr)
 	}
-	return fmt.Errorf("multisqlite %s %s prefix %q: %w", op, ns, prefix, err)
+	return fmt.Errorf("multisqlite %s %s %s: %w", op, ns, what, err)
 }
 
 // fileFault reports whether err, met reading one file of a walk, is that file's own: it is not a
@@ -402,9 +402,9 @@ var outOfSomething = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENO
 // where names a file of ns for an operator: its path under the store's directory.
 func where(ns, name string) string { return dirName(ns) + "/" + name }
 
-// fileKeys returns the keys with the prefix that the file holds rows for: its one key, or none once
+// fileKeys returns the keys in the range that the file holds rows for: its one key, or none once
 // the index was emptied.
-func (s *Store) fileKeys(ctx context.Context, ns, name, prefix string) ([]string, error) {
+func (s *Store) fileKeys(ctx context.Context, ns, name string, r is.KeyRange) ([]string, error) {
 	c, err := s.pool.acquire(ctx, ns, filepath.Join(s.NamespaceDir(ns), name), false)
 	if err != nil || c == nil {
 		return nil, err
@@ -412,7 +412,7 @@ func (s *Store) fileKeys(ctx context.Context, ns, name, prefix string) ([]string
 	defer s.pool.release(c)
 	var keys []string
 	for from := (is.Resume{}); ; {
-		page, err := c.st.ScanStable(ctx, ns, prefix, from, 8)
+		page, err := c.st.ScanStable(ctx, ns, r, from, 8)
 		if err != nil {
 			return nil, err
 		}

@@ -110,7 +110,7 @@ func walk(t *testing.T, st *Store, prefix string, count int, between func(page i
 	t.Helper()
 	var all []string
 	for from := (is.Resume{}); ; {
-		page, err := st.ScanStable(t.Context(), testNS, prefix, from, count)
+		page, err := st.ScanStable(t.Context(), testNS, is.PrefixRange(prefix), from, count)
 		if err != nil {
 			t.Fatalf("ScanStable: %v", err)
 		}
@@ -241,7 +241,7 @@ func TestScanStable_TokenNotNamingAFileIsInvalid(t *testing.T) {
 	st := open(t, t.TempDir(), Options{})
 	appendAll(t, st, keys(3))
 	for _, token := range []is.Resume{is.FileResume("b"), is.FileResume(strings.Repeat("g", 64) + ".db"), is.MarkerResume("agent:000")} {
-		if _, err := st.ScanStable(t.Context(), testNS, "", token, 10); !errors.Is(err, is.ErrInvalidArgument) {
+		if _, err := st.ScanStable(t.Context(), testNS, is.AllKeys, token, 10); !errors.Is(err, is.ErrInvalidArgument) {
 			t.Fatalf("ScanStable from %v: %v, want ErrInvalidArgument", token, err)
 		}
 	}
@@ -283,7 +283,7 @@ func TestReadsOfMissingIndexCreateNoFile(t *testing.T) {
 	if err := st.Append(ctx, testNS, key, 0, nil); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("Append of id 0: %v", err)
 	}
-	if page, err := st.ScanStable(ctx, testNS, "", is.Resume{}, 10); err != nil || !page.Done || len(page.Keys) != 0 {
+	if page, err := st.ScanStable(ctx, testNS, is.AllKeys, is.Resume{}, 10); err != nil || !page.Done || len(page.Keys) != 0 {
 		t.Fatalf("ScanStable: %+v %v", page, err)
 	}
 	entries, err := os.ReadDir(st.Dir())
@@ -381,7 +381,7 @@ func TestPool_ConcurrentOperationsWithTinyPoolLoseNothing(t *testing.T) {
 	wg.Go(func() {
 		for range rounds {
 			for from := (is.Resume{}); ; {
-				page, err := st.ScanStable(ctx, testNS, "", from, 2)
+				page, err := st.ScanStable(ctx, testNS, is.AllKeys, from, 2)
 				if err != nil {
 					errs <- err
 					return

@@ -240,7 +240,7 @@ func TestScanStable_CallerCancelOrDeadlineFailsThePage(t *testing.T) {
 				if fresh {
 					st = open(t, st.Dir(), Options{})
 				}
-				page, err := st.ScanStable(c.ctx, testNS, "", is.Resume{}, 10)
+				page, err := st.ScanStable(c.ctx, testNS, is.AllKeys, is.Resume{}, 10)
 				if !errors.Is(err, c.want) {
 					t.Fatalf("ScanStable with a dead ctx (files open before: %v) = %d keys, %d unreadable, %v; want %v",
 						!fresh, len(page.Keys), len(page.Unreadable), err, c.want)
@@ -256,7 +256,7 @@ func TestScanStable_StoreClosedMidPageFailsIt(t *testing.T) {
 	var st *Store
 	// Close lands between the listing and the files the page reads.
 	st = open(t, dir, Options{OnList: func(string) { st.Close() }})
-	page, err := st.ScanStable(t.Context(), testNS, "", is.Resume{}, 10)
+	page, err := st.ScanStable(t.Context(), testNS, is.AllKeys, is.Resume{}, 10)
 	if !errors.Is(err, is.ErrClosed) {
 		t.Fatalf("ScanStable as the store closed = %d keys, %d unreadable, %v; want ErrClosed", len(page.Keys), len(page.Unreadable), err)
 	}

@@ -88,7 +88,7 @@ func TestNew_AdoptsTheDocumentedDDLMadeByHand(t *testing.T) {
 			if err := st.AppendMany(t.Context(), testNS, "by-hand", entriesFrom(3, 5)); err != nil {
 				t.Fatal(err)
 			}
-			page, err := st.ScanStable(t.Context(), testNS, "by-", is.Resume{}, 10)
+			page, err := st.ScanStable(t.Context(), testNS, is.PrefixRange("by-"), is.Resume{}, 10)
 			if err != nil || !slices.Equal(page.Keys, []string{"by-hand"}) {
 				t.Fatalf("ScanStable: %+v, %v", page, err)
 			}

@@ -428,7 +428,7 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if err := s.start("scan", invalid); err != nil {
 		return 0, nil, err
 	}
-	keys, more, err := s.keys(ctx, ns, prefix, prefix, false, count, int64(cursor))
+	keys, more, err := s.keys(ctx, ns, prefix, false, is.PrefixRange(prefix).End, count, int64(cursor))
 	if err != nil {
 		return 0, nil, s.fail("scan", err)
 	}
@@ -439,8 +439,8 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 }
 
 // ScanStable seeks past the last key of the previous page: keyset paging, never OFFSET.
-func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
-	invalid := is.ValidateScan(ns, prefix, count)
+func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	invalid := is.ValidateScanRange(ns, r, count)
 	marker, start, err := from.Marker()
 	if invalid == nil {
 		invalid = err
@@ -448,13 +448,16 @@ func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 	if err := s.start("scan stable", invalid); err != nil {
 		return is.Page{}, err
 	}
-	// Past a marker that sorts after the prefix, the walk continues strictly above the marker; a walk
-	// from the start (or from a marker before the prefix) starts at the prefix itself.
-	lower, strict := prefix, false
-	if !start && marker >= prefix {
-		lower, strict = marker, true
+	// Past a marker inside the range, the walk continues strictly above the marker; a walk from the
+	// start (or from a marker before the range) starts at the range's start itself.
+	lower, strict := r.Start, false
+	if !start {
+		lower, strict = r.After(marker)
 	}
-	keys, more, err := s.keys(ctx, ns, prefix, lower, strict, count, -1)
+	if r.Bounded() && lower >= r.End {
+		return is.Page{Done: true}, nil
+	}
+	keys, more, err := s.keys(ctx, ns, lower, strict, r.End, count, -1)
 	if err != nil {
 		return is.Page{}, s.fail("scan stable", err)
 	}
@@ -464,12 +467,12 @@ func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 	return is.Page{Keys: keys, Next: is.MarkerResume(keys[len(keys)-1])}, nil
 }
 
-// keys returns up to count keys of ns that start with prefix, from lower on (above it when strict),
-// skipping offset keys unless offset is negative, and whether more follow. It asks for one key more
-// than it returns, so that the last page says it is done without a trailing empty call.
-func (s *Store) keys(ctx context.Context, ns, prefix, lower string, strict bool, count int, offset int64) ([]string, bool, error) {
+// keys returns up to count keys of ns from lower on (above it when strict) and below end (no bound
+// when end is ""), skipping offset keys unless offset is negative, and whether more follow. It asks for
+// one key more than it returns, so that the last page says it is done without a trailing empty call.
+func (s *Store) keys(ctx context.Context, ns, lower string, strict bool, end string, count int, offset int64) ([]string, bool, error) {
 	fetch := min(count, maxPage)
-	end, bounded := is.PrefixEnd(prefix)
+	bounded := end != ""
 	args := []any{ns, lower, int64(fetch) + 1}
 	if bounded {
 		args = append(args, end)

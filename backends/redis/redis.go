@@ -37,8 +37,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -299,23 +301,49 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 }
 
 // ScanStable is one SCAN call resumed by its cursor, which survives deletions behind it. Pages may be
-// short, empty, larger than count, or repeat keys; the walk is Done when SCAN returns cursor 0.
-func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
-	if err := is.ValidateScan(ns, prefix, count); err != nil {
+// short, empty, larger than count, or repeat keys; the walk is Done when SCAN returns cursor 0. MATCH
+// selects the range's common prefix; the range itself is checked on the keys SCAN hands back.
+func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
 	cursor, _, err := from.Cursor()
 	if err != nil {
 		return is.Page{}, err
 	}
-	next, keys, err := s.scan(ctx, is.OpScanStable, ns, prefix, cursor, count)
+	if r.Empty() {
+		if s.closed.Load() {
+			return is.Page{}, is.ErrClosed
+		}
+		return is.Page{Done: true}, nil
+	}
+	next, keys, err := s.scan(ctx, is.OpScanStable, ns, commonPrefix(r), cursor, count)
 	if err != nil {
 		return is.Page{}, err
 	}
+	keys = slices.DeleteFunc(keys, func(k string) bool { return !r.Contains(k) })
 	if next == 0 {
 		return is.Page{Keys: keys, Done: true}, nil
 	}
 	return is.Page{Keys: keys, Next: is.CursorResume(next)}, nil
+}
+
+// commonPrefix is the longest prefix every key of a non-empty range shares: of an unbounded range,
+// none; of a bounded one, what Start shares with the last key below End, which is End's common part
+// with Start unless the two differ only in End's last byte position.
+func commonPrefix(r is.KeyRange) string {
+	if !r.Bounded() {
+		return ""
+	}
+	n := 0
+	for n < len(r.Start) && n < len(r.End) && r.Start[n] == r.End[n] {
+		n++
+	}
+	// Back off to a rune boundary, so that the MATCH pattern is valid UTF-8 text.
+	for n > 0 && n < len(r.Start) && !utf8.RuneStart(r.Start[n]) {
+		n--
+	}
+	return r.Start[:n]
 }
 
 func (s *Store) scan(ctx context.Context, op is.Operation, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {

@@ -170,7 +170,7 @@ func TestConnectionRefusedIsTransient(t *testing.T) {
 		defer st.Close()
 		ctx := t.Context()
 		_, existsErr := st.Exists(ctx, ns, "k")
-		_, scanErr := st.ScanStable(ctx, ns, "", is.Resume{}, 10)
+		_, scanErr := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10)
 		for name, err := range map[string]error{
 			"Append":     st.Append(ctx, ns, "k", 1, nil),
 			"Exists":     existsErr,
@@ -328,7 +328,7 @@ func walk(t *testing.T, st *redis.Store, prefix string, count int) []string {
 	var keys []string
 	var from is.Resume
 	for {
-		page, err := st.ScanStable(t.Context(), ns, prefix, from, count)
+		page, err := st.ScanStable(t.Context(), ns, is.PrefixRange(prefix), from, count)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +365,7 @@ func TestScanOnClusterClientIsRefused(t *testing.T) {
 	defer client.Close()
 	st := redis.New(client, "p:")
 	ctx := context.Background()
-	if _, err := st.ScanStable(ctx, ns, "", is.Resume{}, 10); !errors.Is(err, is.ErrInvalidArgument) {
+	if _, err := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("ScanStable on a cluster client: %v, want ErrInvalidArgument", err)
 	}
 	if _, _, err := st.Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrInvalidArgument) {

@@ -366,8 +366,9 @@ func (s *Store) fail(op is.Operation, ns, key string, err error) error {
 }
 
 // failScan is fail for the scans, which name a prefix rather than an index.
-func (s *Store) failScan(op is.Operation, ns, prefix string, err error) error {
-	return fmt.Errorf("sqlite %s %s prefix %q: %w", op, ns, prefix, classify(err, s.closed.Load()))
+// failScan names the walk by what it covers: a prefix (quoted) or a range.
+func (s *Store) failScan(op is.Operation, ns, what string, err error) error {
+	return fmt.Errorf("sqlite %s %s %s: %w", op, ns, what, classify(err, s.closed.Load()))
 }
 
 // begin validates the index and checks the store is open, the first thing every per-index operation
@@ -630,8 +631,8 @@ func init() {
 
 // ScanStable is keyset paging: each page seeks past the last key of the one before, so keys deleted
 // behind the walk shift nothing. Next is a MarkerResume of the page's last key.
-func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
-	if err := is.ValidateScan(ns, prefix, count); err != nil {
+func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
 	marker, start, err := from.Marker()
@@ -646,23 +647,22 @@ func (s *Store) ScanStable(ctx context.Context, ns, prefix string, from is.Resum
 	if s.closed.Load() {
 		return is.Page{}, is.ErrClosed
 	}
-	end, bounded := is.PrefixEnd(prefix)
-	lower, strict := prefix, 0
-	if !start && marker >= prefix {
-		lower, strict = marker, 1
+	lower, strict := r.Start, false
+	if !start {
+		lower, strict = r.After(marker)
 	}
-	if bounded && lower >= end {
+	if r.Bounded() && lower >= r.End {
 		return is.Page{Done: true}, nil
 	}
 	args := []any{ns, lower}
-	if bounded {
-		args = append(args, end)
+	if r.Bounded() {
+		args = append(args, r.End)
 	}
 	// One key more than the page tells whether the walk is done without another round trip.
 	args = append(args, int64(count)+1)
-	keys, err := s.keys(ctx, scanStableQuery[strict][b2i(bounded)], count, args...)
+	keys, err := s.keys(ctx, scanStableQuery[b2i(strict)][b2i(r.Bounded())], count, args...)
 	if err != nil {
-		return is.Page{}, s.failScan(is.OpScanStable, ns, prefix, err)
+		return is.Page{}, s.failScan(is.OpScanStable, ns, r.String(), err)
 	}
 	if len(keys) <= count {
 		return is.Page{Keys: keys, Done: true}, nil
@@ -690,7 +690,7 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	args = append(args, int64(count)+1, int64(cursor))
 	keys, err := s.keys(ctx, scanQuery[b2i(bounded)], count, args...)
 	if err != nil {
-		return 0, nil, s.failScan(is.OpScan, ns, prefix, err)
+		return 0, nil, s.failScan(is.OpScan, ns, fmt.Sprintf("prefix %q", prefix), err)
 	}
 	if len(keys) <= count {
 		return 0, keys, nil

@@ -490,7 +490,7 @@ func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, 
 	w.header()
 	n := 0
 	for from := (is.Resume{}); ; {
-		page, err := layer.ScanAgents(ctx, m, from, 256)
+		page, err := layer.ScanAgents(ctx, m, oplog.BucketRange{Lo: 0, Hi: oplog.Buckets}, from, 256)
 		if err != nil {
 			return unreadable, err
 		}
@@ -503,16 +503,17 @@ func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, 
 			unreadable++
 		}
 		for _, key := range page.Keys {
-			a, err := oplog.ParseAgentKey(key)
+			// An agent is listed by its own key; a stored key that is no agent's, as it is stored.
+			a, err := oplog.ParseStoredKey(key)
 			if err != nil {
 				w.agent(key, nil)
 			} else if idx, ok, err := layer.LastIndex(ctx, a, m); err != nil {
-				w.unreadable(key, err.Error())
+				w.unreadable(a.Key(), err.Error())
 				unreadable++
 			} else if ok {
-				w.agent(key, &idx)
+				w.agent(a.Key(), &idx)
 			} else {
-				w.agent(key, nil)
+				w.agent(a.Key(), nil)
 			}
 			if n++; limit > 0 && n >= limit {
 				return unreadable, nil

@@ -172,7 +172,7 @@ type brokenLayer struct {
 	pages []is.Page
 }
 
-func (l *brokenLayer) ScanAgents(_ context.Context, _ oplog.Mode, from is.Resume, _ int) (is.Page, error) {
+func (l *brokenLayer) ScanAgents(_ context.Context, _ oplog.Mode, _ oplog.BucketRange, from is.Resume, _ int) (is.Page, error) {
 	if from.IsStart() {
 		return l.pages[0], nil
 	}
@@ -188,9 +188,9 @@ func (l *brokenLayer) LastIndex(_ context.Context, a oplog.AgentID, _ oplog.Mode
 
 func TestScanLayer_MarksWhatItCannotReadAndWalksOn(t *testing.T) {
 	layer := &brokenLayer{pages: []is.Page{
-		{Keys: []string{"c:a", "c:b"}, Next: is.MarkerResume("c:b"),
+		{Keys: []string{stored("c:a"), stored("c:b")}, Next: is.MarkerResume(stored("c:b")),
 			Unreadable: []is.Unreadable{{Where: "ns-ephemeral~compressed~1/7f7f.db", Err: errors.New("file is not a database")}}},
-		{Keys: []string{"c:c"}, Done: true},
+		{Keys: []string{stored("c:c")}, Done: true},
 	}}
 	var out strings.Builder
 	n, err := scanLayer(t.Context(), layer, oplog.Ephemeral, 0, &tableRows{tw: tabwriter.NewWriter(&out, 0, 4, 2, ' ', 0)})
@@ -203,4 +203,13 @@ func TestScanLayer_MarksWhatItCannotReadAndWalksOn(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", row, out.String())
 		}
 	}
+}
+
+// stored is the stored key of the agent with key.
+func stored(key string) string {
+	a, err := oplog.ParseAgentKey(key)
+	if err != nil {
+		panic(err)
+	}
+	return a.StoredKey()
 }

@@ -176,7 +176,7 @@ func WalkAll(ctx context.Context, st is.Storage, ns string, pageSize int) (int, 
 	n := 0
 	var from is.Resume
 	for {
-		page, err := st.ScanStable(ctx, ns, "", from, pageSize)
+		page, err := st.ScanStable(ctx, ns, is.AllKeys, from, pageSize)
 		if err != nil {
 			return n, err
 		}

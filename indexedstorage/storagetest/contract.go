@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -287,14 +288,16 @@ func testContract(t *testing.T, h Harness) {
 		for _, b := range badKeys {
 			f.requireInvalidEverywhere(ns, b, "")
 		}
-		for _, prefix := range []string{"nul\x00", "\xc3", strings.Repeat("p", is.MaxKeyLen+1)} {
-			_, err := f.st.ScanStable(f.ctx, ns, prefix, is.Resume{}, 10)
-			requireIs(f.t, err, is.ErrInvalidArgument, "ScanStable with prefix "+prefix)
-			_, _, err = f.st.Scan(f.ctx, ns, prefix, 0, 10)
-			requireIs(f.t, err, is.ErrInvalidArgument, "Scan with prefix "+prefix)
+		for _, bad := range []string{"nul\x00", "\xc3", strings.Repeat("p", is.MaxKeyLen+1)} {
+			for _, r := range []is.KeyRange{{Start: bad}, {End: bad}, {Start: "a", End: bad}} {
+				_, err := f.st.ScanStable(f.ctx, ns, r, is.Resume{}, 10)
+				requireIs(f.t, err, is.ErrInvalidArgument, fmt.Sprintf("ScanStable of %v", r))
+			}
+			_, _, err := f.st.Scan(f.ctx, ns, bad, 0, 10)
+			requireIs(f.t, err, is.ErrInvalidArgument, "Scan with prefix "+bad)
 		}
 		for _, count := range []int{0, -1} {
-			_, err := f.st.ScanStable(f.ctx, ns, "", is.Resume{}, count)
+			_, err := f.st.ScanStable(f.ctx, ns, is.AllKeys, is.Resume{}, count)
 			requireIs(f.t, err, is.ErrInvalidArgument, "ScanStable with count < 1")
 			_, _, err = f.st.Scan(f.ctx, ns, "", 0, count)
 			requireIs(f.t, err, is.ErrInvalidArgument, "Scan with count < 1")
@@ -310,7 +313,7 @@ func testContract(t *testing.T, h Harness) {
 		f.append(ns, "b", 1)
 		f.append(ns, "c", 1)
 		var minted is.Resume
-		f.walkPages(f.st, ns, "", 1, func(page is.Page) {
+		f.walkPages(f.st, ns, is.AllKeys, 1, func(page is.Page) {
 			if !page.Done {
 				minted = page.Next
 			}
@@ -325,11 +328,11 @@ func testContract(t *testing.T, h Harness) {
 			if kind == minted.Kind() {
 				continue
 			}
-			_, err := f.st.ScanStable(f.ctx, ns, "", token, 10)
+			_, err := f.st.ScanStable(f.ctx, ns, is.AllKeys, token, 10)
 			requireIs(f.t, err, is.ErrInvalidArgument, "ScanStable with a "+kind+" token on a backend minting "+minted.Kind()+" tokens")
 		}
 		for _, token := range []is.Resume{is.MarkerResume(""), is.FileResume(""), is.CursorResume(0)} {
-			_, err := f.st.ScanStable(f.ctx, ns, "", token, 10)
+			_, err := f.st.ScanStable(f.ctx, ns, is.AllKeys, token, 10)
 			requireIs(f.t, err, is.ErrInvalidArgument, "ScanStable with malformed token "+token.String())
 		}
 	})
@@ -400,7 +403,7 @@ func (f *fixture) callEverything(ns, key, prefix string) map[string]error {
 	_, errs["DropPrefix"] = f.st.DropPrefix(ctx, ns, key, 1)
 	errs["Delete"] = f.st.Delete(ctx, ns, key)
 	_, _, errs["Scan"] = f.st.Scan(ctx, ns, prefix, 0, 10)
-	_, errs["ScanStable"] = f.st.ScanStable(ctx, ns, prefix, is.Resume{}, 10)
+	_, errs["ScanStable"] = f.st.ScanStable(ctx, ns, is.PrefixRange(prefix), is.Resume{}, 10)
 	return errs
 }
 

@@ -6,13 +6,12 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
-// The model check drives a backend and a naive model (a sorted slice filtered by prefix and marker)
+// The model check drives a backend and a naive model (a sorted slice filtered by range and marker)
 // with the same random operations and compares what ScanStable hands back. Keys come from a small
 // alphabet that includes the characters LIKE treats specially, so prefixes collide often.
 const modelAlphabet = "ab_%/"
@@ -41,12 +40,29 @@ func (m *model) randomKey() string {
 	return string(b)
 }
 
-func (m *model) randomPrefix() string {
-	if m.rng.IntN(4) == 0 {
-		return ""
+// randomRange is a prefix's range half the time, else a range between two random bounds, either of
+// which may be open and which may be empty or inverted (a range that holds no key).
+func (m *model) randomRange() is.KeyRange {
+	if m.rng.IntN(2) == 0 {
+		if m.rng.IntN(4) == 0 {
+			return is.PrefixRange("")
+		}
+		k := m.randomKey()
+		return is.PrefixRange(k[:min(len(k), 2)])
 	}
-	k := m.randomKey()
-	return k[:min(len(k), 2)]
+	var r is.KeyRange
+	if m.rng.IntN(4) > 0 {
+		r.Start = m.randomKey()
+	}
+	if m.rng.IntN(4) > 0 {
+		r.End = m.randomKey()
+	}
+	return r
+}
+
+// inRange is the model's own reading of a range, independent of KeyRange's methods.
+func inRange(r is.KeyRange, k string) bool {
+	return k >= r.Start && (r.End == "" || k < r.End)
 }
 
 // mutate applies one random change to both the backend and the model, and reports the key it
@@ -84,11 +100,11 @@ func (m *model) mutate() (key string, present bool) {
 	return key, false
 }
 
-// page is the naive ScanStable: the first count present keys with the prefix, after the marker.
-func (m *model) page(prefix string, after *string, count int) []string {
+// page is the naive ScanStable: the first count present keys in the range, after the marker.
+func (m *model) page(r is.KeyRange, after *string, count int) []string {
 	var keys []string
 	for k := range m.last {
-		if strings.HasPrefix(k, prefix) && (after == nil || k > *after) {
+		if inRange(r, k) && (after == nil || k > *after) {
 			keys = append(keys, k)
 		}
 	}
@@ -121,13 +137,13 @@ func testModel(t *testing.T, h Harness) {
 			for range m.rng.IntN(3) {
 				m.mutate()
 			}
-			prefix, count := m.randomPrefix(), 1+m.rng.IntN(8)
+			r, count := m.randomRange(), 1+m.rng.IntN(8)
 			var from is.Resume
 			var after *string
 			if m.rng.IntN(2) == 0 {
 				// Resume from a real token, after changing the namespace under it (perhaps deleting
 				// the very key the token points past).
-				first, err := f.st.ScanStable(f.ctx, modelNS, prefix, is.Resume{}, 1+m.rng.IntN(4))
+				first, err := f.st.ScanStable(f.ctx, modelNS, r, is.Resume{}, 1+m.rng.IntN(4))
 				if err != nil {
 					t.Fatalf("case %d: %v", i, err)
 				}
@@ -142,11 +158,11 @@ func testModel(t *testing.T, h Harness) {
 					m.mutate()
 				}
 			}
-			page, err := f.st.ScanStable(f.ctx, modelNS, prefix, from, count)
+			page, err := f.st.ScanStable(f.ctx, modelNS, r, from, count)
 			if err != nil {
-				t.Fatalf("case %d: ScanStable(%q, %v, %d): %v", i, prefix, from, count, err)
+				t.Fatalf("case %d: ScanStable(%v, %v, %d): %v", i, r, from, count, err)
 			}
-			m.checkPage(i, prefix, after, count, page)
+			m.checkPage(i, r, after, count, page)
 		}
 	})
 
@@ -162,8 +178,8 @@ func testModel(t *testing.T, h Harness) {
 			for range m.rng.IntN(12) {
 				m.mutate()
 			}
-			prefix, count := m.randomPrefix(), 1+m.rng.IntN(6)
-			atStart := m.page(prefix, nil, math.MaxInt)
+			r, count := m.randomRange(), 1+m.rng.IntN(6)
+			atStart := m.page(r, nil, math.MaxInt)
 			everPresent := map[string]bool{}
 			for _, k := range atStart {
 				everPresent[k] = true
@@ -176,12 +192,12 @@ func testModel(t *testing.T, h Harness) {
 				if pages > 10_000 {
 					t.Fatalf("walk %d did not finish", w)
 				}
-				page, err := f.st.ScanStable(f.ctx, modelNS, prefix, from, count)
+				page, err := f.st.ScanStable(f.ctx, modelNS, r, from, count)
 				if err != nil {
 					t.Fatalf("walk %d: %v", w, err)
 				}
-				m.checkPage(w, prefix, after, count, page)
-				f.checkPage(prefix, count, returned, page)
+				m.checkPage(w, r, after, count, page)
+				f.checkPage(r, count, returned, page)
 				returned = append(returned, page.Keys...)
 				if len(page.Keys) > 0 {
 					after = &returned[len(returned)-1]
@@ -194,15 +210,15 @@ func testModel(t *testing.T, h Harness) {
 					key, present := m.mutate()
 					if !present {
 						removed[key] = true
-					} else if strings.HasPrefix(key, prefix) {
+					} else if inRange(r, key) {
 						everPresent[key] = true
 					}
 				}
 			}
 			for _, k := range atStart {
 				if !removed[k] && !slices.Contains(returned, k) {
-					t.Fatalf("walk %d (prefix %q, pages of %d): %q was present throughout and never returned; returned %q",
-						w, prefix, count, k, returned)
+					t.Fatalf("walk %d (%v, pages of %d): %q was present throughout and never returned; returned %q",
+						w, r, count, k, returned)
 				}
 			}
 			for _, k := range returned {
@@ -216,22 +232,22 @@ func testModel(t *testing.T, h Harness) {
 
 // checkPage compares a page with the model: exactly the naive page on an ordered backend, a subset of
 // the present keys with the prefix otherwise.
-func (m *model) checkPage(n int, prefix string, after *string, count int, page is.Page) {
+func (m *model) checkPage(n int, r is.KeyRange, after *string, count int, page is.Page) {
 	t := m.f.t
 	t.Helper()
 	if m.f.caps.OrderedScan {
-		want := m.page(prefix, after, count)
+		want := m.page(r, after, count)
 		if !slices.Equal(page.Keys, want) && !(len(page.Keys) == 0 && len(want) == 0) {
-			t.Fatalf("case %d (prefix %q, after %v, count %d): got %q, want %q", n, prefix, deref(after), count, page.Keys, want)
+			t.Fatalf("case %d (%v, after %v, count %d): got %q, want %q", n, r, deref(after), count, page.Keys, want)
 		}
-		if page.Done && len(m.page(prefix, after, math.MaxInt)) > len(want) {
-			t.Fatalf("case %d (prefix %q, after %v, count %d): Done with keys left", n, prefix, deref(after), count)
+		if page.Done && len(m.page(r, after, math.MaxInt)) > len(want) {
+			t.Fatalf("case %d (%v, after %v, count %d): Done with keys left", n, r, deref(after), count)
 		}
 		return
 	}
 	for _, k := range page.Keys {
-		if !strings.HasPrefix(k, prefix) {
-			t.Fatalf("case %d: prefix %q returned %q", n, prefix, k)
+		if !inRange(r, k) {
+			t.Fatalf("case %d: %v returned %q", n, r, k)
 		}
 		if _, present := m.last[k]; !present {
 			t.Fatalf("case %d: returned %q, which does not exist", n, k)

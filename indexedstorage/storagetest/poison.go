@@ -82,7 +82,7 @@ func testPoisoned(t *testing.T, h Harness) {
 func (f *fixture) requirePoisonedWalk(st is.Storage, via string, count int, healthy []string, poisoned string) {
 	f.t.Helper()
 	var unreadable []is.Unreadable
-	got := f.walkPages(st, ns, "", count, func(page is.Page) {
+	got := f.walkPages(st, ns, is.AllKeys, count, func(page is.Page) {
 		for _, u := range page.Unreadable {
 			if u.Where == "" || u.Err == nil {
 				f.t.Fatalf("%s walk, pages of %d: Unreadable %+v must say where and why", via, count, u)

@@ -20,7 +20,7 @@ func numberedKeys(prefix string, n int) []string {
 func testScanStable(t *testing.T, h Harness) {
 	t.Run("EmptyNamespaceIsDone", func(t *testing.T) {
 		f := newFixture(t, h)
-		page, err := f.st.ScanStable(f.ctx, ns, "", is.Resume{}, 10)
+		page, err := f.st.ScanStable(f.ctx, ns, is.AllKeys, is.Resume{}, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -145,11 +145,17 @@ func (f *fixture) delete(ns, key string) {
 // meets was made unreadable, so a page that lists an index as Unreadable fails the test.
 func (f *fixture) walk(ns, prefix string, count int, between func(page []string)) []string {
 	f.t.Helper()
-	return f.walkPages(f.st, ns, prefix, count, func(page is.Page) {
+	return f.walkRange(ns, is.PrefixRange(prefix), count, between)
+}
+
+// walkRange is walk over a key range.
+func (f *fixture) walkRange(ns string, r is.KeyRange, count int, between func(page []string)) []string {
+	f.t.Helper()
+	return f.walkPages(f.st, ns, r, count, func(page is.Page) {
 		if len(page.Unreadable) > 0 {
 			u := page.Unreadable[0]
-			f.t.Fatalf("ScanStable(%q, %q) passed over %d healthy indexes as unreadable, first key %q at %q: %v",
-				ns, prefix, len(page.Unreadable), u.Key, u.Where, u.Err)
+			f.t.Fatalf("ScanStable(%q, %v) passed over %d healthy indexes as unreadable, first key %q at %q: %v",
+				ns, r, len(page.Unreadable), u.Key, u.Where, u.Err)
 		}
 		if between != nil {
 			between(page.Keys)
@@ -163,19 +169,19 @@ func (f *fixture) walk(ns, prefix string, count int, between func(page []string)
 const maxWalkPages = 100_000
 
 // walkPages walks st as walk does, calling onPage after each page has been checked.
-func (f *fixture) walkPages(st is.Storage, ns, prefix string, count int, onPage func(page is.Page)) []string {
+func (f *fixture) walkPages(st is.Storage, ns string, r is.KeyRange, count int, onPage func(page is.Page)) []string {
 	f.t.Helper()
 	var all []string
 	var from is.Resume
 	for pages := 0; ; pages++ {
 		if pages > maxWalkPages {
-			f.t.Fatalf("ScanStable(%q, %q) did not finish after %d pages", ns, prefix, pages)
+			f.t.Fatalf("ScanStable(%q, %v) did not finish after %d pages", ns, r, pages)
 		}
-		page, err := st.ScanStable(f.ctx, ns, prefix, from, count)
+		page, err := st.ScanStable(f.ctx, ns, r, from, count)
 		if err != nil {
-			f.t.Fatalf("ScanStable(%q, %q, %v, %d): %v", ns, prefix, from, count, err)
+			f.t.Fatalf("ScanStable(%q, %v, %v, %d): %v", ns, r, from, count, err)
 		}
-		f.checkPage(prefix, count, all, page)
+		f.checkPage(r, count, all, page)
 		all = append(all, page.Keys...)
 		onPage(page)
 		if page.Done {
@@ -186,11 +192,11 @@ func (f *fixture) walkPages(st is.Storage, ns, prefix string, count int, onPage 
 }
 
 // checkPage checks one page against the rules and against the keys earlier pages returned.
-func (f *fixture) checkPage(prefix string, count int, before []string, page is.Page) {
+func (f *fixture) checkPage(r is.KeyRange, count int, before []string, page is.Page) {
 	f.t.Helper()
 	for _, k := range page.Keys {
-		if len(k) < len(prefix) || k[:len(prefix)] != prefix {
-			f.t.Fatalf("ScanStable with prefix %q returned %q", prefix, k)
+		if k < r.Start || (r.End != "" && k >= r.End) {
+			f.t.Fatalf("ScanStable of %v returned %q", r, k)
 		}
 	}
 	if page.Done && !page.Next.IsStart() {

@@ -302,7 +302,7 @@ func loadKeys(t *testing.T, st is.Storage, ns string) []string {
 	var keys []string
 	var from is.Resume
 	for {
-		page, err := st.ScanStable(t.Context(), ns, "", from, 1000)
+		page, err := st.ScanStable(t.Context(), ns, is.AllKeys, from, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func checkOnce(t *testing.T, l *oplogtest.Layers, agent oplog.AgentID, mode oplo
 		}
 	}
 	for _, ns := range []string{oplog.PrimaryNamespace(mode), oplog.CompressedNamespace(mode, 1)} {
-		if ok, err := l.St.Exists(ctx, ns, agent.Key()); ok || err != nil {
+		if ok, err := l.St.Exists(ctx, ns, agent.StoredKey()); ok || err != nil {
 			tally.errors++
 			tally.note("%s: %s still exists after both drains (%v)", agent, ns, err)
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
-	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/oplogtest"
@@ -21,7 +20,7 @@ func longestName(t *testing.T, component string) string {
 	t.Helper()
 	var b strings.Builder
 	runes := []rune("日本語🎉中文😀")
-	for left := is.MaxKeyLen - len(component) - 1; left > 0; {
+	for left := oplog.MaxKeyLen - len(component) - 1; left > 0; {
 		r := runes[b.Len()%len(runes)]
 		if left < 20 { // finish exactly: 3-byte characters once the rest divides by 3, emoji before
 			r = '字'
@@ -34,8 +33,8 @@ func longestName(t *testing.T, component string) string {
 	}
 	name := b.String()
 	key := oplog.AgentID{Component: component, Name: name}.Key()
-	if len(key) != is.MaxKeyLen || !utf8.ValidString(key) {
-		t.Fatalf("key of %d bytes (valid UTF-8: %v), want %d", len(key), utf8.ValidString(key), is.MaxKeyLen)
+	if len(key) != oplog.MaxKeyLen || !utf8.ValidString(key) {
+		t.Fatalf("key of %d bytes (valid UTF-8: %v), want %d", len(key), utf8.ValidString(key), oplog.MaxKeyLen)
 	}
 	return name
 }

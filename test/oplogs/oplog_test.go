@@ -202,23 +202,23 @@ func TestOplog_CorruptChunkIsReportedWithAgentAndIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		ns := oplog.CompressedNamespace(oplog.Ephemeral, 1)
-		rows, err := l.St.Read(ctx, ns, agent.Key(), 0, ^uint64(0))
+		rows, err := l.St.Read(ctx, ns, agent.StoredKey(), 0, ^uint64(0))
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("compressed rows: %d, %v", len(rows), err)
 		}
 		bad := rows[0].Value
 		bad[len(bad)/2] ^= 0x10
-		if err := l.St.Delete(ctx, ns, agent.Key()); err != nil {
+		if err := l.St.Delete(ctx, ns, agent.StoredKey()); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.St.Append(ctx, ns, agent.Key(), rows[0].ID, bad); err != nil {
+		if err := l.St.Append(ctx, ns, agent.StoredKey(), rows[0].ID, bad); err != nil {
 			t.Fatal(err)
 		}
 		requireCorrupt(t, l, agent)
 		if _, err := l.Stack.Drain(ctx, agent, oplog.Ephemeral); !errors.Is(err, archive.ErrCorruptChunk) {
 			t.Fatalf("drain of a corrupt chunk: %v, want ErrCorruptChunk", err)
 		}
-		if ok, _ := l.St.Exists(ctx, ns, agent.Key()); !ok {
+		if ok, _ := l.St.Exists(ctx, ns, agent.StoredKey()); !ok {
 			t.Fatal("the drain dropped the corrupt chunk: its entries are gone")
 		}
 

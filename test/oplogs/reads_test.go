@@ -58,7 +58,7 @@ func TestRead_ABatchRacingADropIsContiguous(t *testing.T) {
 		}
 		ns := oplog.CompressedNamespace(mode, 1)
 		raced, err := archive.NewCompressed(dropAfterFirst(st, is.OpClosest, func() {
-			if _, err := st.DropPrefix(ctx, ns, agent.Key(), 500); err != nil {
+			if _, err := st.DropPrefix(ctx, ns, agent.StoredKey(), 500); err != nil {
 				t.Error(err)
 			}
 		}), 1)
@@ -82,7 +82,7 @@ func TestRead_ABatchRacingADropIsContiguous(t *testing.T) {
 			t.Fatal(err)
 		}
 		primary := oplog.NewPrimary(dropAfterFirst(st, is.OpRead, func() {
-			if _, err := st.DropPrefix(ctx, oplog.PrimaryNamespace(mode), agent.Key(), 600); err != nil {
+			if _, err := st.DropPrefix(ctx, oplog.PrimaryNamespace(mode), agent.StoredKey(), 600); err != nil {
 				t.Error(err)
 			}
 		}))

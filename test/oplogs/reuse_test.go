@@ -88,7 +88,7 @@ func TestOplog_IndexReusedAfterArchiveFailsTheDrainAndLosesNothing(t *testing.T)
 					t.Fatalf("%s: blob chunks cover %d indices, want %d", agent, len(covered), n)
 				}
 			}
-			if ok, err := l.St.Exists(t.Context(), oplog.PrimaryNamespace(mode), agent.Key()); ok || err != nil {
+			if ok, err := l.St.Exists(t.Context(), oplog.PrimaryNamespace(mode), agent.StoredKey()); ok || err != nil {
 				t.Fatalf("%s: the primary holds entries (%v)", agent, err)
 			}
 		}
@@ -258,7 +258,7 @@ func TestOplog_ConcurrentDrainThatMovedTheBatchFirstIsNoError(t *testing.T) {
 			}
 			plain.RequireExact(t, agent, mode, n)
 			for _, ns := range []string{oplog.PrimaryNamespace(mode), oplog.CompressedNamespace(mode, 1)} {
-				if ok, err := st.Exists(ctx, ns, agent.Key()); ok || err != nil {
+				if ok, err := st.Exists(ctx, ns, agent.StoredKey()); ok || err != nil {
 					t.Fatalf("%s: %s still holds entries after both drains (%v)", agent, ns, err)
 				}
 			}

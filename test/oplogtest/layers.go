@@ -108,7 +108,7 @@ func (l *Layers) RequireDrained(t testing.TB, agent oplog.AgentID, mode oplog.Mo
 	t.Helper()
 	ctx := t.Context()
 	for _, ns := range []string{oplog.PrimaryNamespace(mode), oplog.CompressedNamespace(mode, 1)} {
-		if ok, err := l.St.Exists(ctx, ns, agent.Key()); ok || err != nil {
+		if ok, err := l.St.Exists(ctx, ns, agent.StoredKey()); ok || err != nil {
 			t.Fatalf("%s: %s still exists after the drain (%v)", agent, ns, err)
 		}
 	}
@@ -181,7 +181,7 @@ func (l *Layers) StrandedCount(t testing.TB, agents []oplog.AgentID) int {
 	t.Helper()
 	n := 0
 	for _, a := range agents {
-		ok, err := l.St.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.Key())
+		ok, err := l.St.Exists(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), a.StoredKey())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,14 +42,14 @@ func TestSweep_APoisonedKeyDoesNotStallTheRoute(t *testing.T) {
 		}},
 		{backendtest.Redis(), func(t *testing.T, st is.Storage) string {
 			rs := st.(*redis.Store)
-			key := oplogtest.AgentNamed("poisoned").Key()
+			key := oplogtest.AgentNamed("poisoned").StoredKey()
 			if err := rs.Client().Set(t.Context(), rs.KeyPrefix()+level1+":"+key, "a string, not a sorted set", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			return key
 		}},
 		{backendtest.SQLite(), func(t *testing.T, st is.Storage) string {
-			key := oplogtest.AgentNamed("poisoned").Key()
+			key := oplogtest.AgentNamed("poisoned").StoredKey()
 			if err := sqlitetest.ExecUnchecked(t.Context(), st.(*sqlite.Store).DB(),
 				`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 'seven', x'00')`, level1, key); err != nil {
 				t.Fatal(err)

@@ -15,6 +15,8 @@ const (
 	bugNamespaceJoinedBySlash   bug = "namespaceJoinedBySlash"
 	bugResumeLosesDeletedMarker bug = "resumeLosesDeletedMarker"
 	bugPrefixEndUnbounded       bug = "prefixEndUnbounded"
+	bugRangeEndInclusive        bug = "rangeEndInclusive"
+	bugRangeStartExclusive      bug = "rangeStartExclusive"
 
 	// Writes.
 	bugNonAtomicAppendMany     bug = "nonAtomicAppendMany"
@@ -84,7 +86,9 @@ var mutants = []mutant{
 
 	{bugResumeLosesDeletedMarker, "ScanStable looks its marker up as a key: when the caller deleted the last key handed back, the walk ends early"},
 
-	{bugPrefixEndUnbounded, "a prefix with no upper bound (only U+10FFFF) is taken for an empty interval: the walk returns nothing"},
+	{bugPrefixEndUnbounded, "a range with no upper bound (the range of a prefix made only of U+10FFFF, or an open range) is taken for an empty interval: the walk returns nothing"},
+	{bugRangeEndInclusive, "a range's End is taken as inclusive: a key equal to End is handed back"},
+	{bugRangeStartExclusive, "a range's Start is taken as exclusive: a key equal to Start is never handed back"},
 
 	{bugNonAtomicAppendMany, "AppendMany writes row by row, checking each against the last: a conflict in the batch leaves the rows before it"},
 	{bugLazyIDValidation, "AppendMany checks each id's range when writing its row: an id out of range leaves the rows before it"},

@@ -532,12 +532,26 @@ type listed struct {
 	poisoned bool
 }
 
-// keysLocked returns the keys of ns matching prefix, ascending. The caller holds a lock.
-func (s *store) keysLocked(ns, prefix string) []listed {
-	if _, bounded := is.PrefixEnd(prefix); !bounded && prefix != "" && s.bug == bugPrefixEndUnbounded {
-		// The walk is bounded by [prefix, PrefixEnd(prefix)); a prefix with no end (only U+10FFFF)
-		// is taken for an empty interval instead of [prefix, ∞).
+// keysLocked returns the keys of ns in r, ascending. The caller holds a lock.
+func (s *store) keysLocked(ns string, r is.KeyRange) []listed {
+	if !r.Bounded() && r.Start != "" && s.bug == bugPrefixEndUnbounded {
+		// A range with no end (the range of a prefix made only of U+10FFFF, or one a caller left
+		// open) is taken for an empty interval instead of [start, ∞).
 		return nil
+	}
+	match := func(key string) bool {
+		switch s.bug {
+		case bugRangeEndInclusive:
+			return key >= r.Start && (!r.Bounded() || key <= r.End)
+		case bugRangeStartExclusive:
+			return key > r.Start && (!r.Bounded() || key < r.End)
+		case bugUnescapedPrefix:
+			if r == is.PrefixRange(r.Start) {
+				// A backend that recognises a prefix's range and matches it with LIKE.
+				return like(key, r.Start+"%")
+			}
+		}
+		return r.Contains(key)
 	}
 	var keys []listed
 	for _, x := range s.indexes {
@@ -551,11 +565,7 @@ func (s *store) keysLocked(ns, prefix string) []listed {
 		if !inNS || (len(x.entries) == 0 && !x.poisoned && s.bug != bugEmptiedIndexScanned) {
 			continue
 		}
-		match := strings.HasPrefix(key, prefix)
-		if s.bug == bugUnescapedPrefix {
-			match = like(key, prefix+"%")
-		}
-		if match {
+		if match(key) {
 			keys = append(keys, listed{key: key, poisoned: x.poisoned})
 		}
 	}
@@ -567,12 +577,17 @@ func (s *store) Scan(_ context.Context, ns, prefix string, cursor uint64, count 
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
 		return 0, nil, err
 	}
+	return s.positional(ns, is.PrefixRange(prefix), cursor, count)
+}
+
+// positional pages the keys of ns in r by position: cursor is how many keys earlier pages returned.
+func (s *store) positional(ns string, r is.KeyRange, cursor uint64, count int) (next uint64, keys []string, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return 0, nil, is.ErrClosed
 	}
-	all := s.keysLocked(ns, prefix)
+	all := s.keysLocked(ns, r)
 	if cursor >= uint64(len(all)) {
 		return 0, nil, nil
 	}
@@ -586,12 +601,12 @@ func (s *store) Scan(_ context.Context, ns, prefix string, cursor uint64, count 
 	return next, keys, nil
 }
 
-func (s *store) ScanStable(_ context.Context, ns, prefix string, from is.Resume, count int) (is.Page, error) {
-	if err := is.ValidateScan(ns, prefix, count); err != nil {
+func (s *store) ScanStable(_ context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
 	if s.bug == bugPositionalResume {
-		return s.scanByOffset(ns, prefix, from, count)
+		return s.scanByOffset(ns, r, from, count)
 	}
 	marker, start, err := from.Marker()
 	if err != nil {
@@ -609,7 +624,7 @@ func (s *store) ScanStable(_ context.Context, ns, prefix string, from is.Resume,
 	if s.bug == bugPageOverCount {
 		limit = count + 1 // the look-ahead row that tells whether there is more, handed back with the page
 	}
-	keys := s.keysLocked(ns, prefix)
+	keys := s.keysLocked(ns, r)
 	if !start && s.bug == bugResumeLosesDeletedMarker && !slices.ContainsFunc(keys, func(k listed) bool { return k.key == marker }) {
 		// The marker is looked up as a key to continue after; when the caller has deleted it, there is
 		// nothing to continue after, and the walk ends.
@@ -652,12 +667,12 @@ func (s *store) resumesInclusive() bool {
 
 // scanByOffset resumes at a position, as Scan does: a key deleted before the cursor shifts every later
 // key one place back, and the next page starts one key too far.
-func (s *store) scanByOffset(ns, prefix string, from is.Resume, count int) (is.Page, error) {
+func (s *store) scanByOffset(ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	offset, _, err := from.Cursor()
 	if err != nil {
 		return is.Page{}, err
 	}
-	next, keys, err := s.Scan(context.Background(), ns, prefix, offset, count)
+	next, keys, err := s.positional(ns, r, offset, count)
 	if err != nil {
 		return is.Page{}, err
 	}

@@ -1,0 +1,73 @@
+package oplog_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
+)
+
+func TestStoredKey_CarriesTheBucketAndParsesBack(t *testing.T) {
+	longest := oplog.AgentID{Component: "c", Name: strings.Repeat("名", (oplog.MaxKeyLen-2)/3) + strings.Repeat("n", (oplog.MaxKeyLen-2)%3)}
+	for _, a := range []oplog.AgentID{
+		{Component: "c", Name: "a"},
+		{Component: "shop", Name: "cart/42:x%_*?[]\\"},
+		{Component: "日本", Name: "ünïcödé 🎉"},
+		longest,
+	} {
+		key := a.StoredKey()
+		if !strings.HasPrefix(key, is.BucketPrefix(a.Bucket())) || key[is.BucketPrefixLen:] != a.Key() {
+			t.Fatalf("StoredKey(%v) = %q", a, key)
+		}
+		if err := a.Validate(); err != nil {
+			t.Fatalf("Validate(%v): %v", a, err)
+		}
+		got, err := oplog.ParseStoredKey(key)
+		if err != nil || got != a {
+			t.Fatalf("ParseStoredKey(%q) = %+v, %v", key, got, err)
+		}
+	}
+	if len(longest.StoredKey()) != is.MaxKeyLen {
+		t.Fatalf("the longest agent's stored key has %d bytes, want %d", len(longest.StoredKey()), is.MaxKeyLen)
+	}
+	tooLong := oplog.AgentID{Component: "c", Name: longest.Name + "n"}
+	if err := tooLong.Validate(); !errors.Is(err, oplog.ErrInvalidAgent) {
+		t.Fatalf("an agent key of %d bytes: %v, want ErrInvalidAgent", len(tooLong.Key()), err)
+	}
+	if got := (oplog.AgentID{Component: "c", Name: "a"}).StoredKey(); got != "0a5b/c:a" {
+		t.Fatalf("StoredKey(c:a) = %q, want the documented 0a5b/c:a", got)
+	}
+}
+
+func TestParseStoredKey_RefusesKeysThatAreNoAgentsStoredKey(t *testing.T) {
+	a := oplog.AgentID{Component: "c", Name: "a"}
+	for _, key := range []string{
+		"c:a",                        // no prefix
+		"0a5c/c:a",                   // the next bucket's prefix
+		"0A5B/c:a",                   // upper-case digits
+		"0a5b/c", "0a5b/:a", "0a5b/", // no agent after the prefix
+		"0a5bc:a",
+	} {
+		if got, err := oplog.ParseStoredKey(key); !errors.Is(err, oplog.ErrInvalidAgent) {
+			t.Errorf("ParseStoredKey(%q) = %+v, %v; want ErrInvalidAgent", key, got, err)
+		}
+	}
+	if _, err := oplog.ParseStoredKey(a.StoredKey()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCoalesceBuckets(t *testing.T) {
+	got := oplog.CoalesceBuckets([]oplog.BucketRange{{Lo: 10, Hi: 20}, {Lo: 0, Hi: 5}, {Lo: 5, Hi: 7}, {Lo: 15, Hi: 30}, {Lo: 40, Hi: 40}, {Lo: 31, Hi: 32}})
+	want := []oplog.BucketRange{{Lo: 0, Hi: 7}, {Lo: 10, Hi: 30}, {Lo: 31, Hi: 32}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}
