@@ -69,8 +69,9 @@ func (c *Compressed) FirstIndex(ctx context.Context, agent oplog.AgentID, mode o
 }
 
 func (c *Compressed) LastIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {
-	e, ok, err := c.st.Last(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey())
-	return oplog.Index(e.ID), ok, c.wrap("last index", agent, err)
+	// A chunk's id is its last index: the id alone answers, without reading the chunk.
+	id, ok, err := c.st.LastID(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey())
+	return oplog.Index(id), ok, c.wrap("last index", agent, err)
 }
 
 // Append writes entries as chunks, all of them in one AppendMany: they land together or not at all.

@@ -98,6 +98,10 @@ func (k resumeKind) String() string {
 // When Done is true the walk is complete and Next is the zero Resume.
 type Page struct {
 	Keys []string
+	// LastIDs, when the backend sets it, holds the greatest id of each key of Keys, read with the page
+	// (LastIDs[i] is Keys[i]'s LastID then): a backend that can read them in the page's own query
+	// (SQL's max(id) … GROUP BY key) saves its caller a LastID call per key. Nil when it does not.
+	LastIDs []uint64
 	Next Resume
 	Done bool
 	// Unreadable lists what this page passed over because the backend could not read it: one index

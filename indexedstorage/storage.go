@@ -69,6 +69,11 @@ type Storage interface {
 	// Last returns the entry with the greatest id; false when the index is empty or missing.
 	Last(ctx context.Context, ns, key string) (Entry, bool, error)
 
+	// LastID returns the greatest id without its value (a chunk's value can be megabytes, its id is
+	// what an archive step and the sweep's gate read); false when the index is empty or missing. It
+	// agrees with Last at every instant.
+	LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error)
+
 	// Closest returns the entry with the smallest id ≥ id; false if there is none. Closest(0) is First.
 	Closest(ctx context.Context, ns, key string, id uint64) (Entry, bool, error)
 

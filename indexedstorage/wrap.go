@@ -14,6 +14,7 @@ const (
 	OpRead       Operation = "read"
 	OpFirst      Operation = "first"
 	OpLast       Operation = "last"
+	OpLastID     Operation = "last_id"
 	OpClosest    Operation = "closest"
 	OpDropPrefix Operation = "drop_prefix"
 	OpDelete     Operation = "delete"
@@ -23,7 +24,7 @@ const (
 
 // Operations lists every Operation, in the order of the Storage interface.
 var Operations = []Operation{
-	OpExists, OpAppend, OpAppendMany, OpLength, OpRead, OpFirst, OpLast, OpClosest,
+	OpExists, OpAppend, OpAppendMany, OpLength, OpRead, OpFirst, OpLast, OpLastID, OpClosest,
 	OpDropPrefix, OpDelete, OpScan, OpScanStable,
 }
 
@@ -52,6 +53,11 @@ func (a *around) Close() error               { return a.inner.Close() }
 
 func (a *around) Exists(ctx context.Context, ns, key string) (ok bool, err error) {
 	err = a.call(ctx, OpExists, func(ctx context.Context) (e error) { ok, e = a.inner.Exists(ctx, ns, key); return })
+	return
+}
+
+func (a *around) LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error) {
+	err = a.call(ctx, OpLastID, func(ctx context.Context) (e error) { id, ok, e = a.inner.LastID(ctx, ns, key); return })
 	return
 }
 

@@ -88,11 +88,11 @@ func (p *Primary) FirstIndex(ctx context.Context, agent AgentID, mode Mode) (Ind
 }
 
 func (p *Primary) LastIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error) {
-	e, ok, err := p.st.Last(ctx, PrimaryNamespace(mode), agent.StoredKey())
+	id, ok, err := p.st.LastID(ctx, PrimaryNamespace(mode), agent.StoredKey())
 	if err != nil {
 		return 0, false, fmt.Errorf("last index of primary oplog of %s: %w", agent, err)
 	}
-	return Index(e.ID), ok, nil
+	return Index(id), ok, nil
 }
 
 func (p *Primary) Append(ctx context.Context, agent AgentID, mode Mode, entries []Entry) error {

@@ -29,19 +29,30 @@ type probe struct {
 	afterLast func(key string, n int) // after the n-th read of key's last entry returns
 }
 
-func (p *probe) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+// Last and LastID count as reads of key's last entry alike.
+func (p *probe) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
+	err = p.readLast(ctx, key, func() (err error) { e, ok, err = p.Storage.Last(ctx, ns, key); return })
+	return e, ok, err
+}
+
+func (p *probe) LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error) {
+	err = p.readLast(ctx, key, func() (err error) { id, ok, err = p.Storage.LastID(ctx, ns, key); return })
+	return id, ok, err
+}
+
+func (p *probe) readLast(ctx context.Context, key string, read func() error) error {
 	p.mu.Lock()
 	p.lasts[key]++
 	lat, n, after := p.latency, p.lasts[key], p.afterLast
 	p.mu.Unlock()
 	if err := sleep(ctx, lat); err != nil {
-		return is.Entry{}, false, err
+		return err
 	}
-	e, ok, err := p.Storage.Last(ctx, ns, key)
+	err := read()
 	if after != nil {
 		after(key, n)
 	}
-	return e, ok, err
+	return err
 }
 
 func (p *probe) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {

@@ -39,6 +39,13 @@ func (f *failingLast) Last(ctx context.Context, ns, key string) (is.Entry, bool,
 	return f.Storage.Last(ctx, ns, key)
 }
 
+func (f *failingLast) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
+	if err := f.fail(key); err != nil {
+		return 0, false, err
+	}
+	return f.Storage.LastID(ctx, ns, key)
+}
+
 func TestSweep_AnUnreadableKeyIsSkippedAndTheWalkMovesOn(t *testing.T) {
 	cfg := config()
 	cfg.PageSize = 3

@@ -160,6 +160,15 @@ func (s *Store) Last(_ context.Context, ns, key string) (last is.Entry, found bo
 	return last, found, err
 }
 
+func (s *Store) LastID(_ context.Context, ns, key string) (id uint64, found bool, err error) {
+	err = s.read(ns, key, func(entries []is.Entry) {
+		if n := len(entries); n > 0 {
+			id, found = entries[n-1].ID, true
+		}
+	})
+	return id, found, err
+}
+
 func (s *Store) Closest(_ context.Context, ns, key string, id uint64) (closest is.Entry, found bool, err error) {
 	err = s.read(ns, key, func(entries []is.Entry) {
 		if i := search(entries, id); i < len(entries) {

@@ -241,6 +241,14 @@ func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, 
 	return e, ok, err
 }
 
+func (s *Store) LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error) {
+	_, err = s.index(ctx, is.OpLastID, ns, key, false, func(st *sqlite.Store) (err error) {
+		id, ok, err = st.LastID(ctx, ns, key)
+		return err
+	})
+	return id, ok, err
+}
+
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.Entry, ok bool, err error) {
 	_, err = s.index(ctx, is.OpClosest, ns, key, false, func(st *sqlite.Store) (err error) {
 		e, ok, err = st.Closest(ctx, ns, key, id)

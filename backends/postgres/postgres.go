@@ -60,7 +60,7 @@ type Store struct {
 	table  string
 	closed atomic.Bool
 
-	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlLast, sqlDropBatch, sqlDelete string
+	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlLast, sqlLastID, sqlDropBatch, sqlDelete string
 	// sqlKeys[strict][bounded][positional] pages through keys; see keysSQL.
 	sqlKeys [2][2][2]string
 }
@@ -121,6 +121,7 @@ func (s *Store) prepareSQL() {
 	s.sqlRead = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id BETWEEN $3 AND $4 ORDER BY id`
 	s.sqlFirstFrom = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id >= $3 ORDER BY id LIMIT 1`
 	s.sqlLast = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 ORDER BY id DESC LIMIT 1`
+	s.sqlLastID = `SELECT max(id) FROM ` + t + ` WHERE namespace = $1 AND key = $2`
 	// One batch: the dropBatch smallest ids ≤ upTo, deleted as an id range so the delete walks the
 	// primary key in order. selected tells the caller whether another batch may remain.
 	s.sqlDropBatch = `WITH batch AS (
@@ -145,7 +146,7 @@ func (s *Store) prepareSQL() {
 // positional Scan. Bounding by [prefix, end) instead of LIKE keeps every character literal and lets
 // the primary key seek.
 func keysSQL(table string, strict, bounded, positional bool) string {
-	q := `SELECT DISTINCT key FROM ` + table + ` WHERE namespace = $1 AND key `
+	q := `SELECT key, max(id) FROM ` + table + ` WHERE namespace = $1 AND key `
 	if strict {
 		q += `> $2`
 	} else {
@@ -156,7 +157,7 @@ func keysSQL(table string, strict, bounded, positional bool) string {
 		q += ` AND key < $4`
 		next++
 	}
-	q += ` ORDER BY key LIMIT $3`
+	q += ` GROUP BY key ORDER BY key LIMIT $3`
 	if positional {
 		q += fmt.Sprintf(` OFFSET $%d`, next)
 	}
@@ -319,6 +320,21 @@ func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error
 	return s.entry(ctx, "last", ns, key, s.sqlLast)
 }
 
+// LastID is max(id) over the primary key: an index-only read that never touches the value.
+func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
+	if err := s.start("last id", is.ValidateIndex(ns, key)); err != nil {
+		return 0, false, err
+	}
+	var id *int64
+	if err := s.pool.QueryRow(ctx, s.sqlLastID, ns, key).Scan(&id); err != nil {
+		return 0, false, s.fail("last id", err)
+	}
+	if id == nil {
+		return 0, false, nil
+	}
+	return uint64(*id), true, nil
+}
+
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
 	if id > is.MaxID {
 		// No entry can be at or above it; still validate and honour Close.
@@ -428,7 +444,7 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if err := s.start("scan", invalid); err != nil {
 		return 0, nil, err
 	}
-	keys, more, err := s.keys(ctx, ns, prefix, false, is.PrefixRange(prefix).End, count, int64(cursor))
+	keys, _, more, err := s.keys(ctx, ns, prefix, false, is.PrefixRange(prefix).End, count, int64(cursor))
 	if err != nil {
 		return 0, nil, s.fail("scan", err)
 	}
@@ -457,20 +473,21 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() && lower >= r.End {
 		return is.Page{Done: true}, nil
 	}
-	keys, more, err := s.keys(ctx, ns, lower, strict, r.End, count, -1)
+	keys, ids, more, err := s.keys(ctx, ns, lower, strict, r.End, count, -1)
 	if err != nil {
 		return is.Page{}, s.fail("scan stable", err)
 	}
 	if !more {
-		return is.Page{Keys: keys, Done: true}, nil
+		return is.Page{Keys: keys, LastIDs: ids, Done: true}, nil
 	}
-	return is.Page{Keys: keys, Next: is.MarkerResume(keys[len(keys)-1])}, nil
+	return is.Page{Keys: keys, LastIDs: ids, Next: is.MarkerResume(keys[len(keys)-1])}, nil
 }
 
 // keys returns up to count keys of ns from lower on (above it when strict) and below end (no bound
-// when end is ""), skipping offset keys unless offset is negative, and whether more follow. It asks for
-// one key more than it returns, so that the last page says it is done without a trailing empty call.
-func (s *Store) keys(ctx context.Context, ns, lower string, strict bool, end string, count int, offset int64) ([]string, bool, error) {
+// when end is ""), each with its last id, skipping offset keys unless offset is negative, and whether
+// more follow. It asks for one key more than it returns, so that the last page says it is done without
+// a trailing empty call.
+func (s *Store) keys(ctx context.Context, ns, lower string, strict bool, end string, count int, offset int64) ([]string, []uint64, bool, error) {
 	fetch := min(count, maxPage)
 	bounded := end != ""
 	args := []any{ns, lower, int64(fetch) + 1}
@@ -482,14 +499,20 @@ func (s *Store) keys(ctx context.Context, ns, lower string, strict bool, end str
 		args = append(args, offset)
 	}
 	rows, _ := s.pool.Query(ctx, s.sqlKeys[b2i(strict)][b2i(bounded)][b2i(positional)], args...)
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, false, err
+	var keys []string
+	var ids []uint64
+	var key string
+	var id int64
+	if _, err := pgx.ForEachRow(rows, []any{&key, &id}, func() error {
+		keys, ids = append(keys, key), append(ids, uint64(id))
+		return nil
+	}); err != nil {
+		return nil, nil, false, err
 	}
 	if len(keys) > fetch {
-		return keys[:fetch], true, nil
+		return keys[:fetch], ids[:fetch], true, nil
 	}
-	return keys, false, nil
+	return keys, ids, false, nil
 }
 
 func b2i(b bool) int {

@@ -234,6 +234,31 @@ func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error
 	})
 }
 
+// lastIDScript returns the id bytes of the set's greatest member, not the value after them.
+var lastIDScript = goredis.NewScript(`
+local m = redis.call('ZRANGE', KEYS[1], -1, -1)
+if #m == 0 then return false end
+return string.sub(m[1], 1, 8)
+`)
+
+// LastID runs one script that hands back the last member's 8 id bytes only, so a chunk of megabytes is
+// never sent to read its id.
+func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
+	if err := s.begin(ns, key); err != nil {
+		return 0, false, err
+	}
+	b, err := lastIDScript.Run(ctx, s.client, []string{s.redisKey(ns, key)}).Text()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fail(is.OpLastID, ns, key, err)
+	case len(b) != idLen:
+		return 0, false, fail(is.OpLastID, ns, key, fmt.Errorf("member of %d bytes is not a strata entry (another writer uses this key?)", len(b)))
+	}
+	return decodeID(b), true, nil
+}
+
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
 	if id > is.MaxID {
 		if err := s.begin(ns, key); err != nil {

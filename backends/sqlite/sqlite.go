@@ -541,6 +541,21 @@ func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error
 	return s.one(ctx, is.OpLast, ns, key, qLast)
 }
 
+// LastID reads the greatest id from the primary key's B-tree alone (one seek); the value is never read.
+func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
+	if err := s.begin(ns, key); err != nil {
+		return 0, false, err
+	}
+	var id int64
+	switch err := s.reader.QueryRowContext(ctx, qLastID, ns, key).Scan(&id); {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, s.fail(is.OpLastID, ns, key, err)
+	}
+	return uint64(id), true, nil
+}
+
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
 	if err := s.begin(ns, key); err != nil {
 		return is.Entry{}, false, err
@@ -619,8 +634,8 @@ var (
 func init() {
 	for strict, lower := range []string{"key >= ?", "key > ?"} {
 		for bounded, upper := range []string{"", " AND key < ?"} {
-			scanStableQuery[strict][bounded] = `SELECT DISTINCT key FROM index_storage WHERE namespace = ? AND ` +
-				lower + upper + ` ORDER BY key LIMIT ?`
+			scanStableQuery[strict][bounded] = `SELECT key, max(id) FROM index_storage WHERE namespace = ? AND ` +
+				lower + upper + ` GROUP BY key ORDER BY key LIMIT ?`
 		}
 	}
 	for bounded, upper := range []string{"", " AND key < ?"} {
@@ -660,15 +675,18 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	}
 	// One key more than the page tells whether the walk is done without another round trip.
 	args = append(args, int64(count)+1)
-	keys, err := s.keys(ctx, scanStableQuery[b2i(strict)][b2i(r.Bounded())], count, args...)
+	keys, ids, err := s.keysWithLastIDs(ctx, scanStableQuery[b2i(strict)][b2i(r.Bounded())], count, args...)
 	if err != nil {
 		return is.Page{}, s.failScan(is.OpScanStable, ns, r.String(), err)
 	}
 	if len(keys) <= count {
-		return is.Page{Keys: keys, Done: true}, nil
+		return is.Page{Keys: keys, LastIDs: ids, Done: true}, nil
 	}
 	keys = keys[:count]
-	return is.Page{Keys: keys, Next: is.MarkerResume(keys[count-1])}, nil
+	if ids != nil {
+		ids = ids[:count]
+	}
+	return is.Page{Keys: keys, LastIDs: ids, Next: is.MarkerResume(keys[count-1])}, nil
 }
 
 // Scan pages by position (LIMIT … OFFSET): cursor is how many matching keys earlier calls returned.
@@ -714,6 +732,32 @@ func (s *Store) keys(ctx context.Context, query string, count int, args ...any) 
 		keys = append(keys, k)
 	}
 	return keys, rows.Err()
+}
+
+// keysWithLastIDs runs a query of (key, max(id)) rows. A max(id) that is no positive integer (a row a
+// foreign writer broke, in a file from before the schema's CHECKs) drops the page's ids, not the page:
+// the caller then reads each key's LastID, and that read fails for the broken index alone.
+func (s *Store) keysWithLastIDs(ctx context.Context, query string, count int, args ...any) ([]string, []uint64, error) {
+	rows, err := s.reader.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	keys, ids := make([]string, 0, min(count, 1024)+1), make([]uint64, 0, min(count, 1024)+1)
+	for rows.Next() {
+		var k string
+		var id any
+		if err := rows.Scan(&k, &id); err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, k)
+		if n, ok := id.(int64); ok && n > 0 && ids != nil {
+			ids = append(ids, uint64(n))
+		} else {
+			ids = nil
+		}
+	}
+	return keys, ids, rows.Err()
 }
 
 func b2i(b bool) int {

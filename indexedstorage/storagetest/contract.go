@@ -399,6 +399,7 @@ func (f *fixture) callEverything(ns, key, prefix string) map[string]error {
 	_, errs["Read"] = f.st.Read(ctx, ns, key, 1, 10)
 	_, _, errs["First"] = f.st.First(ctx, ns, key)
 	_, _, errs["Last"] = f.st.Last(ctx, ns, key)
+	_, _, errs["LastID"] = f.st.LastID(ctx, ns, key)
 	_, _, errs["Closest"] = f.st.Closest(ctx, ns, key, 1)
 	_, errs["DropPrefix"] = f.st.DropPrefix(ctx, ns, key, 1)
 	errs["Delete"] = f.st.Delete(ctx, ns, key)

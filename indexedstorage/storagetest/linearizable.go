@@ -44,12 +44,13 @@ const (
 	linRead
 	linFirst
 	linLast
+	linLastID
 	linClosest
 	linDropPrefix
 	linDelete
 )
 
-var linOpNames = [...]string{"Exists", "Append", "AppendMany", "Length", "Read", "First", "Last", "Closest", "DropPrefix", "Delete"}
+var linOpNames = [...]string{"Exists", "Append", "AppendMany", "Length", "Read", "First", "Last", "LastID", "Closest", "DropPrefix", "Delete"}
 
 type linInput struct {
 	key  string
@@ -100,7 +101,7 @@ func linStep(state, input, output any) (bool, any) {
 			return !out.ok, s
 		}
 		return out.ok && out.n == s[0], s
-	case linLast:
+	case linLast, linLastID:
 		if len(s) == 0 {
 			return !out.ok, s
 		}
@@ -169,7 +170,7 @@ var linModel = porcupine.Model{
 			res = fmt.Sprint(out.n)
 		case linRead:
 			res = fmt.Sprint(out.ids)
-		case linFirst, linLast, linClosest:
+		case linFirst, linLast, linLastID, linClosest:
 			res = "none"
 			if out.ok {
 				res = fmt.Sprint(out.n)
@@ -224,6 +225,9 @@ func (c *linClient) input() linInput {
 		in.kind = linFirst
 	case r < 72:
 		in.kind = linLast
+		if c.rng.IntN(2) == 0 {
+			in.kind = linLastID
+		}
 	case r < 77:
 		in.kind = linClosest
 		in.a = id()
@@ -268,6 +272,8 @@ func (f *fixture) linRun(st is.Storage, in linInput) (linOutput, error) {
 		e, out.ok, err = st.First(ctx, ns, in.key)
 	case linLast:
 		e, out.ok, err = st.Last(ctx, ns, in.key)
+	case linLastID:
+		out.n, out.ok, err = st.LastID(ctx, ns, in.key)
 	case linClosest:
 		e, out.ok, err = st.Closest(ctx, ns, in.key, in.a)
 	case linDropPrefix:

@@ -235,6 +235,16 @@ func testModel(t *testing.T, h Harness) {
 func (m *model) checkPage(n int, r is.KeyRange, after *string, count int, page is.Page) {
 	t := m.f.t
 	t.Helper()
+	if page.LastIDs != nil {
+		if len(page.LastIDs) != len(page.Keys) {
+			t.Fatalf("case %d: %d keys with %d last ids", n, len(page.Keys), len(page.LastIDs))
+		}
+		for i, k := range page.Keys {
+			if want := m.last[k]; page.LastIDs[i] != want {
+				t.Fatalf("case %d: page says %q's last id is %d, it is %d", n, k, page.LastIDs[i], want)
+			}
+		}
+	}
 	if m.f.caps.OrderedScan {
 		want := m.page(r, after, count)
 		if !slices.Equal(page.Keys, want) && !(len(page.Keys) == 0 && len(want) == 0) {

@@ -133,6 +133,8 @@ func (f *fixture) readPoisoned(key string) {
 	f.requireReadErrorKind("First", key, err)
 	f.noPanic("Last", key, func() { _, _, err = f.st.Last(f.ctx, ns, key) })
 	f.requireReadErrorKind("Last", key, err)
+	f.noPanic("LastID", key, func() { _, _, err = f.st.LastID(f.ctx, ns, key) })
+	f.requireReadErrorKind("LastID", key, err)
 	f.noPanic("Closest", key, func() { _, _, err = f.st.Closest(f.ctx, ns, key, 2) })
 	f.requireReadErrorKind("Closest", key, err)
 }

@@ -17,6 +17,7 @@ const (
 	bugPrefixEndUnbounded       bug = "prefixEndUnbounded"
 	bugRangeEndInclusive        bug = "rangeEndInclusive"
 	bugRangeStartExclusive      bug = "rangeStartExclusive"
+	bugPageFirstIDs             bug = "pageFirstIDs"
 
 	// Writes.
 	bugNonAtomicAppendMany     bug = "nonAtomicAppendMany"
@@ -89,6 +90,7 @@ var mutants = []mutant{
 	{bugPrefixEndUnbounded, "a range with no upper bound (the range of a prefix made only of U+10FFFF, or an open range) is taken for an empty interval: the walk returns nothing"},
 	{bugRangeEndInclusive, "a range's End is taken as inclusive: a key equal to End is handed back"},
 	{bugRangeStartExclusive, "a range's Start is taken as exclusive: a key equal to Start is never handed back"},
+	{bugPageFirstIDs, "a page's LastIDs are each key's first id (min for max in the page query)"},
 
 	{bugNonAtomicAppendMany, "AppendMany writes row by row, checking each against the last: a conflict in the batch leaves the rows before it"},
 	{bugLazyIDValidation, "AppendMany checks each id's range when writing its row: an id out of range leaves the rows before it"},

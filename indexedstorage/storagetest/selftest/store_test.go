@@ -246,6 +246,15 @@ func (s *store) Last(_ context.Context, ns, key string) (last is.Entry, found bo
 	return last, found, err
 }
 
+func (s *store) LastID(_ context.Context, ns, key string) (id uint64, found bool, err error) {
+	err = s.view("last id", ns, key, func(x *index) {
+		if entries := entriesOf(x); len(entries) > 0 {
+			id, found = entries[len(entries)-1].ID, true
+		}
+	})
+	return id, found, err
+}
+
 func (s *store) Closest(_ context.Context, ns, key string, id uint64) (closest is.Entry, found bool, err error) {
 	if s.bug == bugClosestCreatesIndex {
 		// get-or-create on the read path: the lookup that Append uses, reused
@@ -528,8 +537,9 @@ func (s *store) deleteSnapshot(ns, key string) error {
 
 // listed is one key a scan sees.
 type listed struct {
-	key      string
-	poisoned bool
+	key           string
+	poisoned      bool
+	first, lastID uint64 // of a healthy index
 }
 
 // keysLocked returns the keys of ns in r, ascending. The caller holds a lock.
@@ -566,7 +576,11 @@ func (s *store) keysLocked(ns string, r is.KeyRange) []listed {
 			continue
 		}
 		if match(key) {
-			keys = append(keys, listed{key: key, poisoned: x.poisoned})
+			l := listed{key: key, poisoned: x.poisoned}
+			if entries := entriesOf(x); len(entries) > 0 {
+				l.first, l.lastID = entries[0].ID, entries[len(entries)-1].ID
+			}
+			keys = append(keys, l)
 		}
 	}
 	slices.SortFunc(keys, func(a, b listed) int { return strings.Compare(a.key, b.key) })
@@ -645,6 +659,11 @@ func (s *store) ScanStable(_ context.Context, ns string, r is.KeyRange, from is.
 		}
 		if !k.poisoned {
 			page.Keys = append(page.Keys, k.key)
+			id := k.lastID
+			if s.bug == bugPageFirstIDs {
+				id = k.first // min(id) for max(id) in the page's GROUP BY
+			}
+			page.LastIDs = append(page.LastIDs, id)
 			continue
 		}
 		err := s.poisonErr("scan", ns, k.key)
