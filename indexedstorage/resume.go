@@ -102,8 +102,8 @@ type Page struct {
 	// (LastIDs[i] is Keys[i]'s LastID then): a backend that can read them in the page's own query
 	// (SQL's max(id) … GROUP BY key) saves its caller a LastID call per key. Nil when it does not.
 	LastIDs []uint64
-	Next Resume
-	Done bool
+	Next    Resume
+	Done    bool
 	// Unreadable lists what this page passed over because the backend could not read it: one index
 	// whose own storage is broken (a multi-file SQLite file that is not a database) fails that index,
 	// never the page or the walk. The walk moves past it; a caller counts it and meets it again on
