@@ -33,8 +33,9 @@ func classify(err error) error {
 	if errors.As(err, &reply) {
 		code, rest, _ := strings.Cut(reply.Error(), " ")
 		switch code {
-		case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN":
-			// Starting up, running a long script, resharding, failing over: a retry may succeed.
+		case "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MOVED", "ASK", "READONLY", "NOREPLICAS":
+			// Starting up, running a long script, resharding (a slot moving, a redirect go-redis did
+			// not follow to the end), failing over (a master turned replica): a retry may succeed.
 			return is.Classify(is.ErrTransient, err)
 		case conflictCode:
 			return conflict(rest)

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -17,37 +20,98 @@ import (
 // PrefixParam is the query parameter of an Open URL that sets the Store's key prefix.
 const PrefixParam = "prefix"
 
-// Open connects to the Redis server a URL names and returns a Store that owns the connection:
+// WaitReplicasParam and WaitTimeoutParam are the query parameters of an Open URL that make each write
+// wait for replicas (WaitOptions): wait_replicas=1&wait_timeout=500ms. wait_timeout is a Go duration
+// (a bare number is milliseconds) and defaults to DefaultWaitTimeout; 0 would wait forever and is
+// refused.
+const (
+	WaitReplicasParam  = "wait_replicas"
+	WaitTimeoutParam   = "wait_timeout"
+	DefaultWaitTimeout = time.Second
+)
+
+// ClusterScheme is the scheme of an Open URL that names a Redis Cluster; ClusterTLSScheme the same
+// over TLS.
+const (
+	ClusterScheme    = "redis+cluster"
+	ClusterTLSScheme = "rediss+cluster"
+)
+
+// Open connects to the Redis server or Redis Cluster a URL names and returns a Store that owns the
+// connection:
 //
-//	redis://[user:password@]host:port[/db][?prefix=strata:&<go-redis options>]
+//	redis://[user:password@]host:port[/db][?prefix=strata:&wait_replicas=…&<go-redis options>]
+//	redis+cluster://[user:password@]host:port[,host:port…][/][?prefix=strata:&…&<go-redis options>]
 //
-// rediss:// (TLS) and unix:///path/to/socket work too. prefix (percent-encoded, at most once, not
-// empty, printable UTF-8) starts every Redis key of the Store; the other query parameters are
-// go-redis's (pool_size, dial_timeout, ...; see goredis.ParseURL). The client honours ctx deadlines
-// (ContextTimeoutEnabled). Open pings the server: a malformed URL is ErrInvalidArgument, a server that
-// does not answer is classified like any other failure (connection refused is ErrTransient).
+// rediss:// and rediss+cluster:// (TLS) and unix:///path/to/socket work too. A cluster URL lists one
+// or more seed nodes, comma-separated; go-redis finds the rest (CLUSTER SLOTS), follows MOVED and ASK,
+// and retries TRYAGAIN and CLUSTERDOWN. A cluster has database 0 only, so its URL takes no /db.
+//
+// prefix (percent-encoded, at most once, not empty, printable UTF-8 without '{' or '}') starts every
+// Redis key of the Store; wait_replicas and wait_timeout make each write wait for replicas
+// (WaitOptions); the other query parameters are go-redis's (pool_size, dial_timeout, ...; see
+// goredis.ParseURL and goredis.ParseClusterURL). The client honours ctx deadlines
+// (ContextTimeoutEnabled).
+//
+// Open pings the server, refuses a redis:// URL that reaches a Redis Cluster node (INFO cluster says
+// cluster_enabled:1: a plain client there would fail two appends in three with MOVED and walk one
+// node's keys) and checks the prefix's layout (CheckLayout). A malformed URL is ErrInvalidArgument, a
+// server that does not answer is classified like any other failure (connection refused is
+// ErrTransient).
 func Open(ctx context.Context, rawURL string) (*Store, error) {
-	opts, prefix, err := parseURL(rawURL)
+	cfg, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	opts.ContextTimeoutEnabled = true
-	client := goredis.NewClient(opts)
-	if err := client.Ping(ctx).Err(); err != nil {
-		_ = client.Close()
-		return nil, fmt.Errorf("redis open %s: %w", redact(rawURL), classify(err))
+	var client goredis.UniversalClient
+	if cfg.cluster != nil {
+		cfg.cluster.ContextTimeoutEnabled = true
+		client = goredis.NewClusterClient(cfg.cluster)
+	} else {
+		cfg.single.ContextTimeoutEnabled = true
+		client = goredis.NewClient(cfg.single)
 	}
-	s := New(client, prefix)
+	s := New(client, cfg.prefix).WithWait(cfg.wait)
 	s.owned = true
+	if err := s.check(ctx, cfg.cluster != nil); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("redis open %s: %w", redact(rawURL), err)
+	}
 	return s, nil
 }
 
-// parseURL takes our prefix parameter out of the URL, since goredis.ParseURL rejects options it does
-// not know, and hands the rest to go-redis.
-func parseURL(rawURL string) (*goredis.Options, string, error) {
+// check is what Open asks the server before handing the Store out.
+func (s *Store) check(ctx context.Context, cluster bool) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return classify(err)
+	}
+	if !cluster {
+		info, err := s.client.Info(ctx, "cluster").Result()
+		if err != nil {
+			return classify(err)
+		}
+		if strings.Contains(info, "cluster_enabled:1") {
+			return fmt.Errorf("%w: the server is a Redis Cluster node: a redis:// URL talks to one node, which holds a third of the slots or fewer; name the cluster with %s://host:port[,host:port…]/?prefix=…", is.ErrInvalidArgument, ClusterScheme)
+		}
+	}
+	return s.CheckLayout(ctx)
+}
+
+// config is what an Open URL says.
+type config struct {
+	single  *goredis.Options
+	cluster *goredis.ClusterOptions
+	prefix  string
+	wait    WaitOptions
+}
+
+// parseURL takes our parameters out of the URL, since go-redis rejects options it does not know, and
+// hands the rest to go-redis.
+func parseURL(rawURL string) (config, error) {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("redis open %s: %w: %s", redact(rawURL), is.ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
+	var cfg config
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error repeats the URL, password included; keep only its reason.
@@ -55,38 +119,105 @@ func parseURL(rawURL string) (*goredis.Options, string, error) {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return nil, "", invalid("not a URL: %v", err)
+		return cfg, invalid("not a URL: %v", err)
 	}
+	cluster := false
 	switch u.Scheme {
 	case "redis", "rediss", "unix":
+	case ClusterScheme, ClusterTLSScheme:
+		cluster = true
 	default:
-		return nil, "", invalid("scheme %q is not redis, rediss or unix", u.Scheme)
+		return cfg, invalid("scheme %q is not redis, rediss, unix, %s or %s", u.Scheme, ClusterScheme, ClusterTLSScheme)
 	}
 	query, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, "", invalid("query: %v", err)
+		return cfg, invalid("query: %v", err)
 	}
-	var prefix string
-	if values, ok := query[PrefixParam]; ok {
+	one := func(name string) (string, bool, error) {
+		values, ok := query[name]
+		if !ok {
+			return "", false, nil
+		}
+		delete(query, name)
 		if len(values) != 1 {
-			return nil, "", invalid("%s is given %d times", PrefixParam, len(values))
+			return "", false, invalid("%s is given %d times", name, len(values))
 		}
-		prefix = values[0]
-		if err := validatePrefix(prefix); err != nil {
-			return nil, "", invalid("%s %q: %v", PrefixParam, prefix, err)
-		}
-		delete(query, PrefixParam)
-		u.RawQuery = query.Encode()
+		return values[0], true, nil
 	}
-	opts, err := goredis.ParseURL(u.String())
+	prefix, ok, err := one(PrefixParam)
 	if err != nil {
-		return nil, "", invalid("%v", err)
+		return cfg, err
 	}
-	return opts, prefix, nil
+	if ok {
+		if err := validatePrefix(prefix); err != nil {
+			return cfg, invalid("%s %q: %v", PrefixParam, prefix, err)
+		}
+		cfg.prefix = prefix
+	}
+	if raw, ok, err := one(WaitReplicasParam); err != nil {
+		return cfg, err
+	} else if ok {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 {
+			return cfg, invalid("%s %q: want a number of replicas, 0 or more", WaitReplicasParam, raw)
+		}
+		cfg.wait = WaitOptions{Replicas: n, Timeout: DefaultWaitTimeout}
+	}
+	if raw, ok, err := one(WaitTimeoutParam); err != nil {
+		return cfg, err
+	} else if ok {
+		d, err := time.ParseDuration(raw)
+		if ms, nerr := strconv.Atoi(raw); nerr == nil {
+			d, err = time.Duration(ms)*time.Millisecond, nil
+		}
+		if err != nil || d <= 0 {
+			return cfg, invalid("%s %q: want a positive duration (500ms, 2s)", WaitTimeoutParam, raw)
+		}
+		if cfg.wait.Replicas == 0 {
+			return cfg, invalid("%s without %s", WaitTimeoutParam, WaitReplicasParam)
+		}
+		cfg.wait.Timeout = d
+	}
+	u.RawQuery = query.Encode()
+	if !cluster {
+		opts, err := goredis.ParseURL(u.String())
+		if err != nil {
+			return cfg, invalid("%v", err)
+		}
+		cfg.single = opts
+		return cfg, nil
+	}
+	// go-redis reads a cluster URL as redis://first-node?addr=other-node&…
+	if u.Host == "" {
+		return cfg, invalid("a cluster URL names at least one node: %s://host:port[,host:port…]/", ClusterScheme)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return cfg, invalid("a cluster has database 0 only: leave the path out")
+	}
+	if _, ok := query["addr"]; ok {
+		return cfg, invalid("list the nodes in the host, comma-separated, not in addr=")
+	}
+	hosts := strings.Split(u.Host, ",")
+	if slices.Contains(hosts, "") {
+		return cfg, invalid("empty node in %q", u.Host)
+	}
+	for _, h := range hosts[1:] {
+		query.Add("addr", h)
+	}
+	u.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
+	u.Host = hosts[0]
+	u.Path = ""
+	u.RawQuery = query.Encode()
+	opts, err := goredis.ParseClusterURL(u.String())
+	if err != nil {
+		return cfg, invalid("%v", err)
+	}
+	cfg.cluster = opts
+	return cfg, nil
 }
 
 // validatePrefix keeps a prefix given in a URL to text that reads back the same in logs and
-// redis-cli: a prefix passed to New may be any bytes.
+// redis-cli, without a brace that would move the Redis Cluster hash tag.
 func validatePrefix(prefix string) error {
 	switch {
 	case prefix == "":
@@ -97,6 +228,8 @@ func validatePrefix(prefix string) error {
 		return errors.New("is not valid UTF-8")
 	case strings.ContainsFunc(prefix, func(r rune) bool { return !unicode.IsPrint(r) }):
 		return errors.New("holds a control or non-printing character")
+	case strings.ContainsAny(prefix, "{}"):
+		return errors.New("holds '{' or '}', which would move the keys' Redis Cluster hash tag")
 	}
 	return nil
 }

@@ -1,35 +1,49 @@
-// Package redis is the indexedstorage.Storage backend on Redis (go-redis/v9).
+// Package redis is the indexedstorage.Storage backend on Redis (go-redis/v9), on one node (redis://)
+// or on Redis Cluster (redis+cluster://). docs/redis.md documents the layout for foreign writers.
 //
-// Each index is one Redis key, prefix + namespace + ":" + key, holding a sorted set whose scores are
-// all 0 and whose members are the entry's id as 8 big-endian bytes followed by the value. Members of
-// equal score are ordered byte for byte, so the lexicographic range commands (ZRANGEBYLEX,
+// Each index is one Redis key, P{ns|T}:key (P the Store's prefix, ns the namespace, T the key's
+// bucket as four hex digits, or "u" for a key without a bucket prefix), holding a sorted set whose
+// scores are all 0 and whose members are the entry's id as 8 big-endian bytes followed by the value.
+// Members of equal score are ordered byte for byte, so the lexicographic range commands (ZRANGEBYLEX,
 // ZREMRANGEBYLEX) order and bound by id exactly over the whole 1..2^63−1 range; float scores would
-// lose precision above 2^53. Every operation is one command or one Lua script, so each is atomic on
-// the server:
+// lose precision above 2^53.
+//
+// Beside the indexes, each (namespace, bucket) has an index set, P{ns|T}: a sorted set of scores 0
+// whose members are the keys of the indexes that exist. The same script that creates an index (its
+// first append) adds it there, and the same script that empties it (DropPrefix to empty, Delete)
+// removes it, so membership and data never disagree. The braces are a Redis Cluster hash tag: an index
+// and its index set share one slot, so every script touches one slot and runs unchanged on a cluster.
 //
 //   - Append and AppendMany run one script that refuses the batch unless its first id is above every
-//     id the index holds, then adds the whole batch: all or nothing.
-//   - DropPrefix is one ZREMRANGEBYLEX. Redis deletes a sorted set it empties, so an index emptied
-//     this way stops existing at that instant, and an Append above the bound is either before or after
-//     it, never lost.
-//   - ScanStable is one SCAN with MATCH over the glob-escaped key prefix, resumed by the SCAN cursor,
-//     which tolerates deletion: a key present for the whole walk is returned at least once. Pages may
-//     be short, empty, larger than count (SCAN's COUNT is a hint) or repeat keys, so the backend
-//     declares no ordering capability.
+//     id the index holds, then adds the whole batch and lists the index: all or nothing.
+//   - DropPrefix is one script: ZREMRANGEBYLEX and, if that emptied the index (Redis deletes a sorted
+//     set it empties), ZREM from the index set. An Append above the bound is before or after it,
+//     never lost.
+//   - Delete is one script: UNLINK and ZREM.
+//   - ScanStable walks the index sets of the buckets the range meets (is.RangeBuckets), in bucket
+//     order, and the namespace's unbucketed set beside them, merging the two: every key once, in
+//     ascending byte order, resumed by the last key handed back (ZRANGEBYLEX seeks there), so the
+//     caller may delete as it goes. The probes of many buckets go in one pipeline, so a walk over all
+//     16,384 buckets costs a few round trips a page, and nothing in it depends on other keys of the
+//     database. The backend declares OrderedScan.
 //
 // The key prefix isolates Stores sharing a database; two prefixes on one database must not be
-// prefixes of each other (a key may contain ':', so "a:" and "a:b:" could name the same Redis key).
-// A SCAN call examines COUNT slots of the whole database whatever its MATCH, so a walk costs calls in
-// proportion to every key in the database, not just the namespace's: give strata a logical database
-// of its own when others hold many keys.
+// prefixes of each other, and a prefix holds no '{' or '}' (it would move the hash tag).
 //
-// go-redis retries a command whose reply was lost (MaxRetries). An Append retried that way after its
-// first attempt was applied returns ErrConflict although the entry is written, as a caller's own
-// retry would; readers of the index's last id (the archive step) converge either way.
+// Open refuses a plain redis:// URL that reaches a Redis Cluster node (use redis+cluster://), and a
+// prefix that holds keys of the layout before this one (no index sets: this version cannot see them);
+// a prefix of this layout carries the marker key P{strata}layout = "2". See CheckLayout.
 //
-// Only a single Redis node (or a failover client in front of one master) is supported. Redis Cluster
-// is not supported yet: per-index operations would work, but a SCAN reaches one node only, so Scan
-// and ScanStable refuse a cluster or ring client rather than miss keys.
+// go-redis retries a command whose reply was lost (MaxRetries), and on a cluster follows MOVED and ASK
+// redirects and retries TRYAGAIN and CLUSTERDOWN; what still fails of those is ErrTransient. An Append
+// retried that way after its first attempt was applied returns ErrConflict although the entry is
+// written, as a caller's own retry would; readers of the index's last id (the archive step) converge
+// either way.
+//
+// With WaitReplicas set (Open's wait_replicas and wait_timeout), every write (Append, AppendMany,
+// DropPrefix, Delete) is followed on the same connection by WAIT n timeout, and fails with
+// ErrTransient when fewer replicas acknowledged it in time: an archive step then does not drop the
+// layer above on the strength of a write only one node holds.
 package redis
 
 import (
@@ -37,10 +51,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync/atomic"
-	"unicode/utf8"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -51,28 +63,55 @@ import (
 type Store struct {
 	client goredis.UniversalClient
 	prefix string
-	// matchPrefix is prefix escaped for a MATCH pattern, computed once.
-	matchPrefix string
 	// owned: the Store made the client (Open) and closes it on Close.
 	owned  bool
 	closed atomic.Bool
+	// cluster is set for a ClusterClient: SCAN reaches one node only, so Scan refuses it.
+	cluster bool
 	// noScan is set for clients whose SCAN reaches one shard only (cluster, ring).
 	noScan bool
+	wait   WaitOptions
 }
 
-var _ is.Storage = (*Store)(nil)
+// WaitOptions make each write wait for replicas: WAIT Replicas Timeout on the write's own connection.
+// Zero Replicas waits for none.
+type WaitOptions struct {
+	Replicas int
+	Timeout  time.Duration
+}
 
-// New returns a Store over client whose Redis keys all start with prefix. The Store does not own the
-// client: Close marks the Store closed and leaves the client open for its owner.
+var (
+	_ is.Storage = (*Store)(nil)
+	_ is.Capable = (*Store)(nil)
+)
+
+// New returns a Store over client whose Redis keys all start with prefix, which must hold no '{' or
+// '}'. client may be a *goredis.Client (one node, or a failover client in front of one master) or a
+// *goredis.ClusterClient. The Store does not own the client: Close marks the Store closed and leaves
+// the client open for its owner. New checks nothing on the server: call CheckLayout (Open does) to
+// refuse a prefix of the previous layout.
 //
 // For ctx deadlines to bound each call, the client needs ContextTimeoutEnabled (Open sets it).
 func New(client goredis.UniversalClient, prefix string) *Store {
-	s := &Store{client: client, prefix: prefix, matchPrefix: escapeGlob(prefix)}
+	s := &Store{client: client, prefix: prefix}
 	switch client.(type) {
-	case *goredis.ClusterClient, *goredis.Ring:
+	case *goredis.ClusterClient:
+		s.cluster, s.noScan = true, true
+	case *goredis.Ring:
 		s.noScan = true
 	}
 	return s
+}
+
+// WithWait sets how each write waits for replicas and returns s. Call it before the Store is used.
+func (s *Store) WithWait(w WaitOptions) *Store {
+	s.wait = w
+	return s
+}
+
+// Capabilities: ScanStable hands back each key once, in ascending byte order.
+func (s *Store) Capabilities() is.Capabilities {
+	return is.Capabilities{OrderedScan: true, UniqueScan: true}
 }
 
 // Client returns the client the Store talks through, for callers (benchmarks, tools) that need the
@@ -81,6 +120,12 @@ func (s *Store) Client() goredis.UniversalClient { return s.client }
 
 // KeyPrefix returns the prefix every Redis key of this Store starts with.
 func (s *Store) KeyPrefix() string { return s.prefix }
+
+// IsCluster reports whether the Store talks to a Redis Cluster.
+func (s *Store) IsCluster() bool { return s.cluster }
+
+// Wait returns how writes wait for replicas.
+func (s *Store) Wait() WaitOptions { return s.wait }
 
 // Close marks the Store closed and, if Open made the client, closes it. Later calls return ErrClosed;
 // Close itself is idempotent.
@@ -96,10 +141,6 @@ func (s *Store) Close() error {
 
 // The id bytes lead every member, so a member is never shorter than this.
 const idLen = 8
-
-// redisKey is the Redis key of an index. A namespace never contains ':', so the first ':' after the
-// prefix ends the namespace.
-func (s *Store) redisKey(ns, key string) string { return s.prefix + ns + ":" + key }
 
 // begin validates an index's arguments and checks the Store is open: the first thing every per-index
 // operation does.
@@ -122,7 +163,7 @@ func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
 	if err := s.begin(ns, key); err != nil {
 		return false, err
 	}
-	n, err := s.client.Exists(ctx, s.redisKey(ns, key)).Result()
+	n, err := s.client.Exists(ctx, s.RedisKey(ns, key)).Result()
 	if err != nil {
 		return false, fail(is.OpExists, ns, key, err)
 	}
@@ -137,26 +178,29 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 	return s.appendEntries(ctx, is.OpAppendMany, ns, key, entries)
 }
 
-// appendScript adds a batch to a sorted set unless the batch's first id is not above the set's last.
-// ARGV alternates score and member ("0", member, "0", member, ...), ids strictly increasing (checked
-// by the caller). The check compares members with ZLEXCOUNT, Redis's own byte comparison: Lua's
-// string comparison follows the server's collation locale and its numbers are doubles, both wrong for
-// 8-byte big-endian ids. ZADD runs in chunks to stay under Lua's unpack limit (about 8000 values);
-// the script as a whole is atomic, and nothing in it can fail after the check, so a batch is written
-// entirely or not at all. A conflict is an error reply carrying the index's last id in hex.
+// appendScript adds a batch to an index unless the batch's first id is not above the index's last,
+// and lists the index in its index set. KEYS: the index, its index set. ARGV[1] is the index key (the
+// set's member); then score and member alternate ("0", member, "0", member, ...), ids strictly
+// increasing (checked by the caller). The check compares members with ZLEXCOUNT, Redis's own byte
+// comparison: Lua's string comparison follows the server's collation locale and its numbers are
+// doubles, both wrong for 8-byte big-endian ids. ZADD runs in chunks to stay under Lua's unpack limit
+// (about 8000 values); the script as a whole is atomic, and nothing in it can fail after the check,
+// so a batch is written entirely or not at all, with its listing. A conflict is an error reply
+// carrying the index's last id in hex.
 var appendScript = goredis.NewScript(`
 local key = KEYS[1]
-if redis.call('ZLEXCOUNT', key, '[' .. string.sub(ARGV[2], 1, 8), '+') > 0 then
+if redis.call('ZLEXCOUNT', key, '[' .. string.sub(ARGV[3], 1, 8), '+') > 0 then
   local last = redis.call('ZRANGE', key, -1, -1)[1]
   local hex = ''
   for i = 1, 8 do hex = hex .. string.format('%02x', string.byte(last, i) or 0) end
   return redis.error_reply('` + conflictCode + ` ' .. hex)
 end
 local n = #ARGV
-for i = 1, n, 4000 do
+for i = 2, n, 4000 do
   redis.call('ZADD', key, unpack(ARGV, i, math.min(i + 3999, n)))
 end
-return n / 2
+redis.call('ZADD', KEYS[2], 'NX', 0, ARGV[1])
+return (n - 1) / 2
 `)
 
 func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
@@ -175,25 +219,87 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 		size += idLen + len(e.Value)
 	}
 	buf := make([]byte, 0, size)
-	args := make([]any, 0, 2*len(entries))
+	args := make([]any, 0, 1+2*len(entries))
+	args = append(args, key)
 	for _, e := range entries {
 		start := len(buf)
 		buf = binary.BigEndian.AppendUint64(buf, e.ID)
 		buf = append(buf, e.Value...)
 		args = append(args, "0", buf[start:len(buf):len(buf)])
 	}
-	err := appendScript.Run(ctx, s.client, []string{s.redisKey(ns, key)}, args...).Err()
-	if err != nil {
+	data, set := s.keys(ns, key)
+	if err := s.write(ctx, appendScript, data, set, args); err != nil {
 		return fmt.Errorf("redis %s %s:%q id %d: %w", op, ns, key, entries[0].ID, classify(err))
 	}
 	return nil
+}
+
+// dropScript removes the entries up to a bound and, if that emptied the index, its listing. KEYS: the
+// index, its index set; ARGV: the exclusive lex bound, the index key. The listing goes whenever the
+// index does not exist, so a listing without data (written by hand) heals too.
+var dropScript = goredis.NewScript(`
+local n = redis.call('ZREMRANGEBYLEX', KEYS[1], '-', ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+end
+return n
+`)
+
+// deleteScript removes an index and its listing. KEYS: the index, its index set; ARGV: the index key.
+// UNLINK frees a large index's memory off the server's main thread.
+var deleteScript = goredis.NewScript(`
+redis.call('UNLINK', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 0
+`)
+
+// write runs a writing script over an index and its set and, where configured, waits for replicas
+// on the same connection. Its result is the script's integer reply.
+func (s *Store) write(ctx context.Context, script *goredis.Script, data, set string, args []any) error {
+	_, err := s.writeInt(ctx, script, data, set, args)
+	return err
+}
+
+func (s *Store) writeInt(ctx context.Context, script *goredis.Script, data, set string, args []any) (int64, error) {
+	keys := []string{data, set}
+	if s.wait.Replicas <= 0 {
+		return script.Run(ctx, s.client, keys, args...).Int64()
+	}
+	// WAIT counts the replicas that acknowledged every write of its own connection, so the script and
+	// WAIT go in one pipeline, which go-redis sends on one connection of the node that holds the key.
+	var pipe goredis.Pipeliner
+	if cc, ok := s.client.(*goredis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, data)
+		if err != nil {
+			return 0, err
+		}
+		pipe = node.Pipeline()
+	} else {
+		pipe = s.client.Pipeline()
+	}
+	// EVAL rather than EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+	run := script.Eval(ctx, pipe, keys, args...)
+	wait := pipe.Do(ctx, "WAIT", s.wait.Replicas, s.wait.Timeout.Milliseconds())
+	_, _ = pipe.Exec(ctx)
+	n, err := run.Int64()
+	if err != nil {
+		return 0, err
+	}
+	acked, err := wait.Int64()
+	if err != nil {
+		return n, fmt.Errorf("written, but WAIT failed: %w", err)
+	}
+	if acked < int64(s.wait.Replicas) {
+		return n, is.Classify(is.ErrTransient, fmt.Errorf("written, but %d of %d replicas acknowledged it within %s (WAIT)", acked, s.wait.Replicas, s.wait.Timeout))
+	}
+	return n, nil
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
 	if err := s.begin(ns, key); err != nil {
 		return 0, err
 	}
-	n, err := s.client.ZCard(ctx, s.redisKey(ns, key)).Result()
+	n, err := s.client.ZCard(ctx, s.RedisKey(ns, key)).Result()
 	if err != nil {
 		return 0, fail(is.OpLength, ns, key, err)
 	}
@@ -209,7 +315,7 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is
 		return nil, nil
 	}
 	// hi ≤ MaxID, so hi+1 ≤ 2^63 still encodes in 8 bytes and bounds the range exclusively.
-	members, err := s.client.ZRangeByLex(ctx, s.redisKey(ns, key), &goredis.ZRangeBy{
+	members, err := s.client.ZRangeByLex(ctx, s.RedisKey(ns, key), &goredis.ZRangeBy{
 		Min: inclusive(lo), Max: exclusive(hi + 1),
 	}).Result()
 	if err != nil {
@@ -247,7 +353,7 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error
 	if err := s.begin(ns, key); err != nil {
 		return 0, false, err
 	}
-	b, err := lastIDScript.Run(ctx, s.client, []string{s.redisKey(ns, key)}).Text()
+	b, err := lastIDScript.Run(ctx, s.client, []string{s.RedisKey(ns, key)}).Text()
 	switch {
 	case errors.Is(err, goredis.Nil):
 		return 0, false, nil
@@ -276,7 +382,7 @@ func (s *Store) one(ctx context.Context, op is.Operation, ns, key string, query 
 	if err := s.begin(ns, key); err != nil {
 		return is.Entry{}, false, err
 	}
-	members, err := query(s.redisKey(ns, key)).Result()
+	members, err := query(s.RedisKey(ns, key)).Result()
 	if err != nil {
 		return is.Entry{}, false, fail(op, ns, key, err)
 	}
@@ -298,9 +404,10 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 		return 0, nil // ids start at 1
 	}
 	upTo = min(upTo, is.MaxID)
-	n, err := s.client.ZRemRangeByLex(ctx, s.redisKey(ns, key), "-", exclusive(upTo+1)).Result()
+	data, set := s.keys(ns, key)
+	n, err := s.writeInt(ctx, dropScript, data, set, []any{exclusive(upTo + 1), key})
 	if err != nil {
-		return 0, fail(is.OpDropPrefix, ns, key, err)
+		return uint64(max(n, 0)), fail(is.OpDropPrefix, ns, key, err)
 	}
 	return uint64(n), nil
 }
@@ -309,108 +416,11 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 	if err := s.begin(ns, key); err != nil {
 		return err
 	}
-	// UNLINK frees a large index's memory off the server's main thread.
-	if err := s.client.Unlink(ctx, s.redisKey(ns, key)).Err(); err != nil {
+	data, set := s.keys(ns, key)
+	if err := s.write(ctx, deleteScript, data, set, []any{key}); err != nil {
 		return fail(is.OpDelete, ns, key, err)
 	}
 	return nil
-}
-
-// Scan is one SCAN call: cursor is Redis's own, 0 starts and a returned 0 ends the walk. count is
-// SCAN's COUNT hint, so a call may return more or fewer keys than count, and a walk may repeat keys.
-func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
-	if err := is.ValidateScan(ns, prefix, count); err != nil {
-		return 0, nil, err
-	}
-	return s.scan(ctx, is.OpScan, ns, prefix, cursor, count)
-}
-
-// ScanStable is one SCAN call resumed by its cursor, which survives deletions behind it. Pages may be
-// short, empty, larger than count, or repeat keys; the walk is Done when SCAN returns cursor 0. MATCH
-// selects the range's common prefix; the range itself is checked on the keys SCAN hands back.
-func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
-	if err := is.ValidateScanRange(ns, r, count); err != nil {
-		return is.Page{}, err
-	}
-	cursor, _, err := from.Cursor()
-	if err != nil {
-		return is.Page{}, err
-	}
-	if r.Empty() {
-		if s.closed.Load() {
-			return is.Page{}, is.ErrClosed
-		}
-		return is.Page{Done: true}, nil
-	}
-	next, keys, err := s.scan(ctx, is.OpScanStable, ns, commonPrefix(r), cursor, count)
-	if err != nil {
-		return is.Page{}, err
-	}
-	keys = slices.DeleteFunc(keys, func(k string) bool { return !r.Contains(k) })
-	if next == 0 {
-		return is.Page{Keys: keys, Done: true}, nil
-	}
-	return is.Page{Keys: keys, Next: is.CursorResume(next)}, nil
-}
-
-// commonPrefix is the longest prefix every key of a non-empty range shares: of an unbounded range,
-// none; of a bounded one, what Start shares with the last key below End, which is End's common part
-// with Start unless the two differ only in End's last byte position.
-func commonPrefix(r is.KeyRange) string {
-	if !r.Bounded() {
-		return ""
-	}
-	n := 0
-	for n < len(r.Start) && n < len(r.End) && r.Start[n] == r.End[n] {
-		n++
-	}
-	// Back off to a rune boundary, so that the MATCH pattern is valid UTF-8 text.
-	for n > 0 && n < len(r.Start) && !utf8.RuneStart(r.Start[n]) {
-		n--
-	}
-	return r.Start[:n]
-}
-
-func (s *Store) scan(ctx context.Context, op is.Operation, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
-	if s.closed.Load() {
-		return 0, nil, is.ErrClosed
-	}
-	if s.noScan {
-		return 0, nil, fmt.Errorf("redis %s %s: %w: scanning Redis Cluster or a ring is not supported yet", op, ns, is.ErrInvalidArgument)
-	}
-	// A namespace is made of [A-Za-z0-9/._-] only, none of them special in a pattern.
-	match := s.matchPrefix + ns + ":" + escapeGlob(prefix) + "*"
-	keys, next, err := s.client.Scan(ctx, cursor, match, int64(count)).Result()
-	if err != nil {
-		return 0, nil, fmt.Errorf("redis %s %s prefix %q: %w", op, ns, prefix, classify(err))
-	}
-	// Strip the Redis key down to the index key, in place. MATCH already filtered; the check keeps a
-	// pattern bug from ever handing back another Store's or namespace's key.
-	strip := s.prefix + ns + ":"
-	out := keys[:0]
-	for _, k := range keys {
-		if strings.HasPrefix(k, strip) && strings.HasPrefix(k[len(strip):], prefix) {
-			out = append(out, k[len(strip):])
-		}
-	}
-	return next, out, nil
-}
-
-// escapeGlob escapes what a MATCH pattern treats specially, so the pattern matches s literally.
-func escapeGlob(s string) string {
-	if !strings.ContainsAny(s, `*?[]\`) {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // inclusive and exclusive are ZRANGEBYLEX bounds at an id: every member of that id (any value) is ≥

@@ -20,12 +20,13 @@ func harness() storagetest.Harness {
 	}
 }
 
-// poison replaces the index's sorted set with a string at the same Redis key (prefix + namespace +
-// ":" + key, as the package documents), as another program sharing the database would.
+// poison replaces the index's sorted set with a string at the same Redis key (RedisKey: P{ns|T}:key,
+// as docs/redis.md documents), as another program sharing the database would; the index set still
+// lists it.
 func poison(tb testing.TB, st is.Storage, ns, key string) {
 	tb.Helper()
 	s := st.(*redis.Store)
-	if err := s.Client().Set(context.Background(), s.KeyPrefix()+ns+":"+key, "not a sorted set", 0).Err(); err != nil {
+	if err := s.Client().Set(context.Background(), s.RedisKey(ns, key), "not a sorted set", 0).Err(); err != nil {
 		tb.Fatalf("poison %s:%q: %v", ns, key, err)
 	}
 }
@@ -46,11 +47,11 @@ func newStore(tb testing.TB) *redis.Store {
 	return st
 }
 
-// rawWalk is the loop a Redis user writes without strata: SCAN with the same MATCH pattern and COUNT
-// until the cursor comes back 0, counting keys.
+// rawWalk is the loop a Redis user writes without strata: SCAN with a MATCH pattern of the
+// namespace's index keys and COUNT until the cursor comes back 0, counting keys.
 func rawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
 	s := st.(*redis.Store)
-	match := escapeGlob(s.KeyPrefix()+ns+":") + "*"
+	match := escapeGlob(s.KeyPrefix()) + "{" + ns + "|*}:*"
 	n, cursor := 0, uint64(0)
 	for {
 		keys, next, err := s.Client().Scan(ctx, cursor, match, int64(pageSize)).Result()

@@ -1,0 +1,247 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// Bucket probes go in batches of one pipeline each: the first batch small (a dense range fills a page
+// from a few buckets), later ones sized by how many keys the buckets probed so far held, and at most
+// maxProbeBatch (a sparse range, most buckets empty: an E = 1 walk of all 16,384 buckets in a handful
+// of round trips).
+const (
+	firstProbeBatch = 16
+	maxProbeBatch   = 4096
+)
+
+// ScanStable walks the index sets: those of the buckets is.RangeBuckets(r) gives, in bucket order, and
+// the namespace's unbucketed set, merged so that the walk is in ascending byte order, each key once.
+// A page is the count smallest keys above the last one handed back (the marker); ZRANGEBYLEX seeks to
+// it in each set, so a walk's cost is the keys it returns plus its bucket probes, never other keys of
+// the database.
+func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	if err := is.ValidateScanRange(ns, r, count); err != nil {
+		return is.Page{}, err
+	}
+	marker, start, err := from.Marker()
+	if err != nil {
+		return is.Page{}, err
+	}
+	if s.closed.Load() {
+		return is.Page{}, is.ErrClosed
+	}
+	lower, exclusiveLower := r.Start, false
+	if !start {
+		lower, exclusiveLower = r.After(marker)
+	}
+	rest := is.KeyRange{Start: lower, End: r.End}
+	if r.Empty() || rest.Empty() {
+		return is.Page{Done: true}, nil
+	}
+	zr := &goredis.ZRangeBy{Min: "[" + lower, Max: "+"}
+	switch {
+	case exclusiveLower:
+		zr.Min = "(" + lower
+	case lower == "":
+		zr.Min = "-"
+	}
+	if r.Bounded() {
+		zr.Max = "(" + r.End
+	}
+	keys, done, err := s.scanSets(ctx, ns, rest, zr, count)
+	if err != nil {
+		return is.Page{}, fmt.Errorf("redis %s %s %v: %w", is.OpScanStable, ns, r, classify(err))
+	}
+	if done {
+		return is.Page{Keys: keys, Done: true}, nil
+	}
+	return is.Page{Keys: keys, Next: is.MarkerResume(keys[len(keys)-1])}, nil
+}
+
+// scanSets returns the count smallest keys of ns within zr (whose bounds are rest's) and whether they
+// are all there are. It may return fewer (a page may be short): never a key beyond one it has not
+// seen all the keys below.
+func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *goredis.ZRangeBy, count int) ([]string, bool, error) {
+	withCount := func(n int) *goredis.ZRangeBy {
+		b := *zr
+		b.Count = int64(n)
+		return &b
+	}
+	lo, hi := is.RangeBuckets(rest)
+
+	// The first round trip asks the unbucketed set and the first batch of buckets together.
+	pipe := s.client.Pipeline()
+	unbucketed := pipe.ZRangeByLex(ctx, s.setKey(ns, unbucketedTag), withCount(count))
+	var loose, bucketed []string
+	next := lo // the first bucket not yet probed
+	batch := firstProbeBatch
+	// cut: bucketed keys above the last one collected may exist that were not read.
+	cut := false
+	for first := true; ; first = false {
+		need := count - len(bucketed)
+		if !first {
+			if next >= hi || need <= 0 || cut {
+				break
+			}
+			// Every key of a bucket not yet probed is ≥ its prefix: once count loose keys lie below
+			// it, no bucketed key beyond can make the page.
+			if len(loose) == count && is.BucketPrefix(next) > loose[count-1] {
+				break
+			}
+			pipe = s.client.Pipeline()
+		}
+		end := min(next+batch, hi)
+		// Each probe reads at most limit keys. In a large batch (sparse buckets) that is a few, so
+		// that a run of dense buckets after empty ones cannot make one round trip read batch × count
+		// keys; a probe that comes back full ends the collection there, which keeps it a prefix of the
+		// walk's order.
+		limit := need
+		if n := end - next; n > firstProbeBatch*4 {
+			limit = min(need, max(4, 4*need/n+1))
+		}
+		probes := make([]*goredis.StringSliceCmd, 0, end-next)
+		for b := next; b < end; b++ {
+			probes = append(probes, pipe.ZRangeByLex(ctx, s.setKey(ns, hexTag(b)), withCount(limit)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, false, err
+		}
+		if first {
+			var err error
+			if loose, err = unbucketed.Result(); err != nil {
+				return nil, false, err
+			}
+		}
+		found, probed := 0, 0
+		for _, p := range probes {
+			got, err := p.Result()
+			if err != nil {
+				return nil, false, err
+			}
+			probed++
+			found += len(got)
+			bucketed = append(bucketed, got...)
+			if len(got) == limit || len(bucketed) >= count {
+				cut = true
+				break
+			}
+		}
+		next += probed
+		// Size the next batch to what the buckets held so far: about enough to fill the page.
+		if found == 0 {
+			batch = min(batch*4, maxProbeBatch)
+		} else {
+			batch = min(max(firstProbeBatch, (count-len(bucketed))*probed/found+1), maxProbeBatch)
+		}
+	}
+	if len(bucketed) > count {
+		bucketed = bucketed[:count]
+	}
+	merged := mergeSorted(bucketed, loose, count)
+	// Neither source may hand back a key above a key of the other that was cut short there: keys
+	// between were not read.
+	if cut && len(bucketed) > 0 {
+		merged = upTo(merged, bucketed[len(bucketed)-1])
+	}
+	if len(loose) == count {
+		merged = upTo(merged, loose[count-1])
+	}
+	done := !cut && len(loose) < count && len(merged) == len(bucketed)+len(loose)
+	if len(merged) == 0 && !done {
+		// Cannot happen (a source cut short contributes its last key), but never hand back a page
+		// that would restart the walk.
+		return nil, false, errors.New("walk made no progress")
+	}
+	return merged, done, nil
+}
+
+// upTo keeps the keys of an ascending list that are ≤ last.
+func upTo(keys []string, last string) []string {
+	n, found := slices.BinarySearch(keys, last)
+	if found {
+		n++
+	}
+	return keys[:n]
+}
+
+// mergeSorted merges two ascending lists of distinct keys (no key in both: a key is either bucketed or
+// not) and keeps the first n.
+func mergeSorted(a, b []string, n int) []string {
+	if len(b) == 0 {
+		return a[:min(len(a), n)]
+	}
+	out := make([]string, 0, min(len(a)+len(b), n))
+	i, j := 0, 0
+	for len(out) < n && (i < len(a) || j < len(b)) {
+		if j >= len(b) || (i < len(a) && a[i] < b[j]) {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	return out
+}
+
+// hexTag is the tag id of a bucket: its four lowercase hex digits.
+func hexTag(bucket int) string {
+	p := is.BucketPrefix(bucket)
+	return p[:len(p)-1]
+}
+
+// Scan is one SCAN call over the Redis keys of ns's indexes: cursor is Redis's own, 0 starts and a
+// returned 0 ends the walk. count is SCAN's COUNT hint, so a call may return more or fewer keys than
+// count, and a walk may repeat keys. It costs calls in proportion to every key of the database; it is
+// kept for parity with other stores and refuses a cluster, where SCAN reaches one node.
+func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
+	if err := is.ValidateScan(ns, prefix, count); err != nil {
+		return 0, nil, err
+	}
+	if s.closed.Load() {
+		return 0, nil, is.ErrClosed
+	}
+	if s.noScan {
+		return 0, nil, fmt.Errorf("redis %s %s: %w: SCAN reaches one node of a Redis Cluster or ring: use ScanStable", is.OpScan, ns, is.ErrInvalidArgument)
+	}
+	// A namespace is made of [A-Za-z0-9/._-] only, none of them special in a pattern; '{', '}' and '|'
+	// are not special either.
+	match := escapeGlob(s.prefix) + "{" + ns + "|*}:" + escapeGlob(prefix) + "*"
+	keys, next, err := s.client.Scan(ctx, cursor, match, int64(count)).Result()
+	if err != nil {
+		return 0, nil, fmt.Errorf("redis %s %s prefix %q: %w", is.OpScan, ns, prefix, classify(err))
+	}
+	// Strip the Redis key down to the index key, in place. MATCH already filtered; the parse keeps a
+	// pattern's looseness ('*' may cross a '}:' inside a key) from handing back a key that is not one.
+	out := keys[:0]
+	for _, k := range keys {
+		if key, ok := s.parseDataKey(ns, k); ok && strings.HasPrefix(key, prefix) {
+			out = append(out, key)
+		}
+	}
+	return next, slices.Clip(out), nil
+}
+
+// escapeGlob escapes what a MATCH pattern treats specially, so the pattern matches s literally.
+func escapeGlob(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
