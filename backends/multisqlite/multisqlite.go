@@ -1,30 +1,53 @@
-// Package multisqlite is an indexedstorage.Storage that keeps every index in a SQLite file of its own:
-// one file per (namespace, key), named by a hash of the two, in a directory per namespace.
+// Package multisqlite is an indexedstorage.Storage that keeps every index in a SQLite file of its own,
+// placed by the index's bucket (DESIGN §11) and named by its key, and removes a file once a drop or a
+// delete has emptied it:
 //
-//	<dir>/ns-<escaped namespace>/<hex sha256(namespace NUL key)>.db
+//	<dir>/ns-<escaped namespace>/<bucket>/k<escaped rest of the key>.db   key "<bucket>/<rest>"
+//	<dir>/ns-<escaped namespace>/other/k<escaped key>.db                    any other key
+//
+// <bucket> is the four hex digits of the key's bucket prefix (indexedstorage.BucketPrefix). A name
+// that would exceed 255 bytes is "h", the hex SHA-256 of namespace NUL key, and ".db" instead, in the
+// same directory. docs/multisqlite.md has the exact escaping.
 //
 // Each file has the sqlite backend's schema and holds the rows of its one index, so every per-index
 // operation is the sqlite backend's on that file, with its atomicity. Reads of a missing index never
-// create a file; only writes do. Files are never removed: an emptied index keeps its file, which holds
-// no rows, and scans pass over it.
+// create a file; only writes do.
 //
-// ScanStable walks a namespace's files in name order, count files a page, and resumes after the last
-// file it finished (a FileResume). The directory listing is cached per namespace and found again by
-// binary search each page, so a full pass over F files costs O(F). Open files sit in a bounded LRU.
+// A file emptied by DropPrefix or Delete is removed, and its directory with it when that was the
+// directory's last file, by a protocol that never loses an append racing the removal, within the
+// process or from another process sharing the directory: flock(2) on the file's directory, shared
+// for every operation and exclusive for the remover, who checks again under it that the file holds no
+// row; and a check, under the shared lock, that the path still names the file a connection has open
+// (lock.go; docs/multisqlite.md states it for foreign writers). A namespace thus holds the files of
+// its live indexes only.
+//
+// ScanStable visits the directories of the buckets its range can hold keys of (indexedstorage
+// .RangeBuckets) and "other", and learns each key from its file's name: a walk opens no file but the
+// few whose keys were too long to name them (and reads their keys from them). A page visits count
+// files at most and resumes after the last one (a FileResume of "<dir>/<name>"). The namespace
+// directory's listing (its directories) is cached, dropped when this process makes or removes a
+// directory, and read again after ListingTTL; each visited directory is listed afresh. Open files sit
+// in a bounded LRU.
 //
 // A file this backend cannot read (not a database, truncated, a schema it does not know, locked by
-// another process) fails the operations on its index, never the walk: ScanStable lists it in the
-// page's Unreadable and goes on with the next file. Nothing here rewrites such a file.
+// another process) fails the operations on its index, never the walk: a walk that has to open it lists
+// it in the page's Unreadable and goes on; a walk that learns its key from its name hands the key back,
+// and reads of it then fail. Files of the layout before buckets (a hex SHA-256 and ".db" directly in
+// the namespace directory) are not read: every walk from the start lists each in Unreadable. Nothing
+// here rewrites a file it cannot read.
 package multisqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -72,16 +95,36 @@ type Store struct {
 	dir      string
 	pool     *pool
 	listings *listings
+	dirLocks dirLocks
+	busy     time.Duration // how long an operation waits for a directory's shared lock
 	closed   atomic.Bool
+	removed  atomic.Int64
+
+	// unsafeNoLock takes the removal protocol's locks out (tests only: it shows what they prevent).
+	unsafeNoLock bool
+	// hooks, set by tests only, run at the protocol's steps.
+	hooks hooks
+}
+
+// hooks are test hooks; nil ones are skipped.
+type hooks struct {
+	// checked runs in a per-index operation under the directory's shared lock, once the connection is
+	// known to be on the file the path names, before the operation itself.
+	checked func(op is.Operation, ns, key string)
+	// removing runs when a drop has emptied a file, before the remover takes the exclusive lock.
+	removing func(ns, key string)
+	// unlinking runs under the exclusive lock once the file was found empty, before it is unlinked.
+	unlinking func(ns, key string)
 }
 
 var _ is.Storage = (*Store)(nil)
 
 // Stats is a snapshot of a Store's counters.
 type Stats struct {
-	OpenFiles   int   // files open now
-	Listings    int64 // directory listings made since Open
-	FilesOpened int64 // files opened since Open (a file opened again after eviction counts again)
+	OpenFiles    int   // files open now
+	Listings     int64 // namespace directory listings made since Open
+	FilesOpened  int64 // files opened since Open (a file opened again after eviction counts again)
+	FilesRemoved int64 // emptied files removed since Open
 }
 
 // Open opens the store rooted at dir, creating the directory if needed.
@@ -110,16 +153,21 @@ func Open(_ context.Context, dir string, opts Options) (*Store, error) {
 	if ttl == 0 {
 		ttl = DefaultListingTTL
 	}
-	s := &Store{dir: abs, listings: newListings(ttl, opts.OnList)}
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = sqlite.DefaultBusyTimeout
+	}
+	s := &Store{dir: abs, listings: newListings(ttl, opts.OnList), busy: busy}
 	// A file of this store that holds someone else's tables is damaged, not blank: never migrate it.
 	fileOpts := sqlite.Options{BusyTimeout: opts.BusyTimeout, RefuseForeignTables: true}
-	s.pool = newPool(maxOpen, fileOpts, s.listings.drop)
+	s.pool = newPool(maxOpen, fileOpts)
 	return s, nil
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{OpenFiles: s.pool.openFiles(), Listings: s.listings.made(), FilesOpened: s.pool.openings.Load()}
+	return Stats{OpenFiles: s.pool.openFiles(), Listings: s.listings.made(), FilesOpened: s.pool.openings.Load(),
+		FilesRemoved: s.removed.Load()}
 }
 
 // Dir returns the store's root directory.
@@ -128,13 +176,22 @@ func (s *Store) Dir() string { return s.dir }
 // NamespaceDir returns the directory that holds ns's files.
 func (s *Store) NamespaceDir(ns string) string { return filepath.Join(s.dir, dirName(ns)) }
 
-// filePath is where the file of (ns, key) is, or would be.
-func (s *Store) filePath(ns, key string) string {
-	return filepath.Join(s.NamespaceDir(ns), fileName(ns, key))
+// BucketDir returns the directory that holds the files of ns's keys in bucket b (0 ≤ b < Buckets).
+func (s *Store) BucketDir(ns string, b int) string {
+	return filepath.Join(s.NamespaceDir(ns), bucketDir(b))
 }
 
-// Capabilities: a walk visits each file once and a file holds one key, so keys are unique; they come
-// back in the order of their hashes, not of the keys.
+// filePath is where the file of (ns, key) is, or would be.
+func (s *Store) filePath(ns, key string) string {
+	return s.path(ns, locate(ns, key))
+}
+
+func (s *Store) path(ns string, loc location) string {
+	return filepath.Join(s.NamespaceDir(ns), loc.dir, loc.name)
+}
+
+// Capabilities: a walk visits each file once and a key has one file, so keys are unique; they come
+// back in the order of their files' names, not of the keys.
 func (s *Store) Capabilities() is.Capabilities { return is.Capabilities{UniqueScan: true} }
 
 // Close closes the open files (a file in use is closed when its operation finishes). Later calls
@@ -149,9 +206,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// index runs fn on the file of (ns, key) after validation. Without create, a missing file is a missing
-// index: fn is not called and found is false. fn's errors carry the file store's context already; a
-// file that cannot be opened gets op and the index here.
+// index runs fn on the file of (ns, key) after validation, under the shared lock of the file's
+// directory and on a connection to the file the path names now. Without create, a missing file is a
+// missing index: fn is not called and found is false. fn's errors carry the file store's context
+// already; a file that cannot be opened or locked gets op and the index here.
 func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, create bool, fn func(st *sqlite.Store) error) (found bool, err error) {
 	if err := is.ValidateIndex(ns, key); err != nil {
 		return false, err
@@ -159,22 +217,156 @@ func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, crea
 	if s.closed.Load() {
 		return false, is.ErrClosed
 	}
-	c, err := s.pool.acquire(ctx, ns, s.filePath(ns, key), create)
-	if err != nil {
-		return false, fmt.Errorf("multisqlite %s %s:%q: %w", op, ns, key, err)
+	loc := locate(ns, key)
+	found, err = s.withFile(ctx, ns, loc, create, func(c *conn) error {
+		if s.hooks.checked != nil {
+			s.hooks.checked(op, ns, key)
+		}
+		return fn(c.st)
+	})
+	var fe fileStoreError
+	if errors.As(err, &fe) {
+		return found, fe.err
 	}
-	if c == nil {
-		return false, nil
+	if err != nil {
+		err = fmt.Errorf("multisqlite %s %s:%q: %w", op, ns, key, err)
+	}
+	return found, err
+}
+
+// fileStoreError marks an error returned by fn in withFile: the file's own store named it.
+type fileStoreError struct{ err error }
+
+func (e fileStoreError) Error() string { return e.err.Error() }
+func (e fileStoreError) Unwrap() error { return e.err }
+
+// withFile runs fn on a connection to the file at loc under its directory's shared lock (see lock.go):
+// the connection is on the file the path names, and no remover can unlink it until fn returns. found is
+// false, and fn is not called, when the file does not exist and create is not set.
+func (s *Store) withFile(ctx context.Context, ns string, loc location, create bool, fn func(c *conn) error) (found bool, err error) {
+	lk, err := s.lockDir(ctx, ns, loc.dir, false, create, s.busy)
+	if err != nil || lk == nil {
+		return false, err
+	}
+	defer lk.unlock()
+	c, err := s.current(ctx, s.path(ns, loc), create)
+	if err != nil || c == nil {
+		return false, err
 	}
 	defer s.pool.release(c)
-	return true, fn(c.st)
+	if err := fn(c); err != nil {
+		return true, fileStoreError{err}
+	}
+	return true, nil
+}
+
+// current returns a connection to the file path names now, opening (or, with create, creating) it if
+// needed; nil when the file does not exist and create is not set. The caller holds the directory's
+// lock. A pooled connection whose file was removed (and maybe created again) since it was opened is
+// discarded: an operation on it would read a file that no longer has a name, or write to one.
+func (s *Store) current(ctx context.Context, path string, create bool) (*conn, error) {
+	for {
+		c, err := s.pool.acquire(ctx, path, create)
+		if err != nil || c == nil {
+			return nil, err
+		}
+		now, err := os.Stat(path)
+		switch {
+		case err == nil && os.SameFile(now, c.id):
+			return c, nil
+		case err == nil || errors.Is(err, fs.ErrNotExist):
+			s.pool.discard(c)
+			s.pool.release(c)
+			if err != nil && !create {
+				return nil, nil
+			}
+		default:
+			s.pool.release(c)
+			return nil, fmt.Errorf("multisqlite: %w", err)
+		}
+	}
+}
+
+// fileEmpty reports whether the file holds no row at all (of any key: a file this backend would remove
+// must hold nothing).
+func fileEmpty(ctx context.Context, st *sqlite.Store) (bool, error) {
+	var one int
+	switch err := st.DB().QueryRowContext(ctx, `SELECT 1 FROM index_storage LIMIT 1`).Scan(&one); {
+	case errors.Is(err, sql.ErrNoRows):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return false, nil
+}
+
+// remove removes the file of (ns, key) if it holds no row, by the protocol of lock.go: under the
+// exclusive lock of its directory, after checking again that it is empty; then its directory, if that
+// left it empty. A lock that other processes hold for longer than patience leaves the file (it is in
+// use), which a later drop or the first operation to find it empty removes; that is no error.
+func (s *Store) remove(ctx context.Context, ns, key string, patience time.Duration) error {
+	ctx = context.WithoutCancel(ctx)
+	loc := locate(ns, key)
+	if s.hooks.removing != nil {
+		s.hooks.removing(ns, key)
+	}
+	lk, err := s.lockDir(ctx, ns, loc.dir, true, false, patience)
+	if errors.Is(err, errBusy) || lk == nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	path := s.path(ns, loc)
+	c, err := s.current(ctx, path, false)
+	if err != nil || c == nil {
+		return err
+	}
+	empty, err := fileEmpty(ctx, c.st)
+	if err != nil || !empty {
+		s.pool.release(c)
+		return err
+	}
+	if s.hooks.unlinking != nil {
+		s.hooks.unlinking(ns, key)
+	}
+	if err := os.Remove(path); err != nil {
+		s.pool.release(c)
+		return fmt.Errorf("multisqlite: remove emptied file: %w", err)
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		if err := os.Remove(path + side); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// The file is gone, and with it the index; a stray side file is no index and no walk
+			// lists it. It is removed with the next file of that name.
+			break
+		}
+	}
+	s.pool.discard(c)
+	s.pool.release(c)
+	s.removed.Add(1)
+	// Only an empty directory can be removed; one that still holds files stays.
+	if err := os.Remove(filepath.Dir(path)); err == nil {
+		s.listings.drop(ns)
+	}
+	return nil
+}
+
+// tidy removes the file of (ns, key) if a read found the index empty: a file a drop could not remove
+// (its lock was busy) or a writer left empty (it died before its first commit). It does not wait for
+// the lock, and a failure changes nothing.
+func (s *Store) tidy(ctx context.Context, found, empty bool, ns, key string) {
+	if found && empty && !s.closed.Load() {
+		_ = s.remove(ctx, ns, key, 0)
+	}
 }
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (exists bool, err error) {
-	_, err = s.index(ctx, is.OpExists, ns, key, false, func(st *sqlite.Store) (err error) {
+	found, err := s.index(ctx, is.OpExists, ns, key, false, func(st *sqlite.Store) (err error) {
 		exists, err = st.Exists(ctx, ns, key)
 		return err
 	})
+	s.tidy(ctx, found, err == nil && !exists, ns, key)
 	return exists, err
 }
 
@@ -187,6 +379,8 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 	return s.appendEntries(ctx, is.OpAppendMany, ns, key, entries)
 }
 
+// appendEntries creates the file if needed and commits the entries under one shared lock of its
+// directory, so that no remover ever finds it empty in between.
 func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
 	if err := is.ValidateIndex(ns, key); err != nil {
 		return err
@@ -200,20 +394,30 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 		}
 		return nil
 	}
-	_, err := s.index(ctx, op, ns, key, true, func(st *sqlite.Store) error {
+	empty := false
+	found, err := s.index(ctx, op, ns, key, true, func(st *sqlite.Store) error {
+		var err error
 		if op == is.OpAppend {
-			return st.Append(ctx, ns, key, entries[0].ID, entries[0].Value)
+			err = st.Append(ctx, ns, key, entries[0].ID, entries[0].Value)
+		} else {
+			err = st.AppendMany(ctx, ns, key, entries)
 		}
-		return st.AppendMany(ctx, ns, key, entries)
+		if err != nil {
+			// A failed first append leaves a file created for nothing.
+			empty, _ = fileEmpty(ctx, st)
+		}
+		return err
 	})
+	s.tidy(ctx, found, empty, ns, key)
 	return err
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (n uint64, err error) {
-	_, err = s.index(ctx, is.OpLength, ns, key, false, func(st *sqlite.Store) (err error) {
+	found, err := s.index(ctx, is.OpLength, ns, key, false, func(st *sqlite.Store) (err error) {
 		n, err = st.Length(ctx, ns, key)
 		return err
 	})
+	s.tidy(ctx, found, err == nil && n == 0, ns, key)
 	return n, err
 }
 
@@ -226,26 +430,29 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) (out 
 }
 
 func (s *Store) First(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
-	_, err = s.index(ctx, is.OpFirst, ns, key, false, func(st *sqlite.Store) (err error) {
+	found, err := s.index(ctx, is.OpFirst, ns, key, false, func(st *sqlite.Store) (err error) {
 		e, ok, err = st.First(ctx, ns, key)
 		return err
 	})
+	s.tidy(ctx, found, err == nil && !ok, ns, key)
 	return e, ok, err
 }
 
 func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
-	_, err = s.index(ctx, is.OpLast, ns, key, false, func(st *sqlite.Store) (err error) {
+	found, err := s.index(ctx, is.OpLast, ns, key, false, func(st *sqlite.Store) (err error) {
 		e, ok, err = st.Last(ctx, ns, key)
 		return err
 	})
+	s.tidy(ctx, found, err == nil && !ok, ns, key)
 	return e, ok, err
 }
 
 func (s *Store) LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error) {
-	_, err = s.index(ctx, is.OpLastID, ns, key, false, func(st *sqlite.Store) (err error) {
+	found, err := s.index(ctx, is.OpLastID, ns, key, false, func(st *sqlite.Store) (err error) {
 		id, ok, err = st.LastID(ctx, ns, key)
 		return err
 	})
+	s.tidy(ctx, found, err == nil && !ok, ns, key)
 	return id, ok, err
 }
 
@@ -257,83 +464,137 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.En
 	return e, ok, err
 }
 
+// DropPrefix drops the entries up to upTo; a file it leaves without rows is removed before it returns
+// (see lock.go), so that the index no longer exists anywhere: no walk that starts afterwards meets it.
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n uint64, err error) {
-	_, err = s.index(ctx, is.OpDropPrefix, ns, key, false, func(st *sqlite.Store) (err error) {
-		n, err = st.DropPrefix(ctx, ns, key, upTo)
+	empty := false
+	found, err := s.index(ctx, is.OpDropPrefix, ns, key, false, func(st *sqlite.Store) (err error) {
+		if n, err = st.DropPrefix(ctx, ns, key, upTo); err != nil {
+			return err
+		}
+		empty, err = fileEmpty(ctx, st)
 		return err
 	})
-	return n, err
+	if err != nil || !found || !empty {
+		return n, err
+	}
+	if err := s.remove(ctx, ns, key, removalPatience); err != nil {
+		return n, fmt.Errorf("multisqlite %s %s:%q: the index is empty, its file stays: %w", is.OpDropPrefix, ns, key, err)
+	}
+	return n, nil
 }
 
-// Delete removes the index's rows; its file stays (files are never removed) and scans pass over it.
+// Delete removes the index's rows and then its file.
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	_, err := s.index(ctx, is.OpDelete, ns, key, false, func(st *sqlite.Store) error {
+	found, err := s.index(ctx, is.OpDelete, ns, key, false, func(st *sqlite.Store) error {
 		return st.Delete(ctx, ns, key)
 	})
-	return err
+	if err != nil || !found {
+		return err
+	}
+	if err := s.remove(ctx, ns, key, removalPatience); err != nil {
+		return fmt.Errorf("multisqlite %s %s:%q: the index is empty, its file stays: %w", is.OpDelete, ns, key, err)
+	}
+	return nil
 }
 
-// ScanStable visits at most count files a page, in name order, and hands back the keys in the range
-// found in them (a file normally holds one key, so a page normally holds at most count keys; it holds
-// fewer when files are emptied or their keys lie outside the range). Next is the last file visited; the next
-// page finds its place in the cached listing by binary search, so resuming costs O(log F), not a scan
-// of the files before it. A file created after the listing was made may or may not be visited by a
-// walk under way, as the contract allows; the listing is dropped when this process creates a file, so
-// the next walk sees it.
+// errLegacy is the Unreadable error of a file of the layout before buckets.
+var errLegacy = errors.New("a file of the layout before buckets (a hash named in the namespace directory), which this build does not read: see docs/multisqlite.md")
+
+// parseResume reads a FileResume this backend minted: "<dir>/<file>".
+func parseResume(from is.Resume) (dir, name string, start bool, err error) {
+	after, start, err := from.File()
+	if err != nil || start {
+		return "", "", start, err
+	}
+	dir, name, ok := strings.Cut(after, "/")
+	if !ok || !isDirName(dir) || !isFileName(dir, name) {
+		return "", "", false, fmt.Errorf("%w: resume file %q is not one this backend names", is.ErrInvalidArgument, after)
+	}
+	return dir, name, false, nil
+}
+
+// ScanStable visits at most count files a page, directory by directory in name order (the buckets the
+// range can hold keys of, then "other"), and hands back the keys in the range: each learnt from its
+// file's name, or read from the file when the name is a hash (a long key). It opens no other file. A
+// page normally holds at most count keys, fewer when files' keys lie outside the range. Next is the
+// last file visited; the next page lists that file's directory again and goes on after it. A file
+// created or removed during a walk may or may not be visited, as the contract allows.
 //
-// A visited file whose keys cannot be read is listed in the page's Unreadable (Where is its path
-// under the store's directory; Key is "", the name being a hash) and the page goes on: Next and Done
-// move as if it had been read. A failure that is not the file's own (see fileFault) fails the page.
+// A hash-named file whose key cannot be read is listed in the page's Unreadable (Where is its path
+// under the store's directory; Key is "") and the page goes on: Next and Done move as if it had been
+// read. A failure that is not the file's own (see fileFault) fails the page. A walk from the start
+// lists the files of the layout before buckets in its first page's Unreadable too.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
-	after, start, err := from.File()
+	afterDir, afterName, start, err := parseResume(from)
 	if err != nil {
 		return is.Page{}, err
-	}
-	if !start && !isFileName(after) {
-		return is.Page{}, fmt.Errorf("%w: resume file %q is not one this backend names", is.ErrInvalidArgument, after)
 	}
 	if s.closed.Load() {
 		return is.Page{}, is.ErrClosed
 	}
-	names, err := s.listings.get(ns, s.NamespaceDir(ns))
+	nsDir := s.NamespaceDir(ns)
+	lst, err := s.listings.get(ns, nsDir)
 	if err != nil {
 		return is.Page{}, err
 	}
-	i := 0
-	if !start {
-		i = sort.Search(len(names), func(j int) bool { return names[j] > after })
-	}
-	end := len(names)
-	if count < end-i {
-		end = i + count
-	}
 	var page is.Page
-	for _, name := range names[i:end] {
-		keys, err := s.fileKeys(ctx, ns, name, r)
-		if err != nil {
-			if !fileFault(ctx.Err(), err) {
-				return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, r.String(), err)
-			}
-			page.Unreadable = append(page.Unreadable, is.Unreadable{Where: where(ns, name), Err: err})
-			continue
+	if start {
+		for _, name := range lst.legacy {
+			page.Unreadable = append(page.Unreadable, is.Unreadable{Where: dirName(ns) + "/" + name, Err: errLegacy})
 		}
-		page.Keys = append(page.Keys, keys...)
 	}
-	if end == len(names) {
-		page.Done = true
-	} else {
-		page.Next = is.FileResume(names[end-1])
+	dirs := dirsInRange(lst.dirs, r)
+	if !start {
+		dirs = dirs[sort.SearchStrings(dirs, afterDir):]
 	}
+	visited, last := 0, ""
+	for _, d := range dirs {
+		// A walk that opens no file would not otherwise notice its caller gave up, or a Close.
+		if err := ctx.Err(); err != nil {
+			return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, r.String(), err)
+		}
+		if s.closed.Load() {
+			return is.Page{}, is.ErrClosed
+		}
+		names, err := readFiles(nsDir, d)
+		if err != nil {
+			return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, r.String(), err)
+		}
+		if !start && d == afterDir {
+			names = names[sort.Search(len(names), func(j int) bool { return names[j] > afterName }):]
+		}
+		for _, name := range names {
+			if visited == count {
+				// There is a file after the page's last: the walk goes on from there.
+				page.Next = is.FileResume(last)
+				return page, nil
+			}
+			visited++
+			last = d + "/" + name
+			keys, err := s.fileKeys(ctx, ns, location{dir: d, name: name}, r)
+			if err != nil {
+				if !fileFault(ctx.Err(), err) {
+					return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, r.String(), err)
+				}
+				page.Unreadable = append(page.Unreadable, is.Unreadable{Where: where(ns, last), Err: err})
+				continue
+			}
+			page.Keys = append(page.Keys, keys...)
+		}
+	}
+	page.Done = true
 	return page, nil
 }
 
-// Scan is a positional cursor over the listing: cursor is how many files earlier calls visited. It
-// visits count files a call. Unlike ScanStable, a file it cannot read fails the call, naming the file:
-// Scan is kept for parity and has no way to say it passed a file over, and skipping one silently would
-// hide its key from the caller.
+// Scan is a positional cursor over the files of the directories the prefix's range visits: cursor is
+// how many files earlier calls visited, and each call lists those directories again (Scan is kept for
+// parity; ScanStable is the walk). It visits count files a call. Unlike ScanStable, a file it cannot
+// read fails the call, naming the file: Scan has no way to say it passed a file over, and skipping one
+// silently would hide its key from the caller.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
 		return 0, nil, err
@@ -341,30 +602,42 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if s.closed.Load() {
 		return 0, nil, is.ErrClosed
 	}
-	names, err := s.listings.get(ns, s.NamespaceDir(ns))
+	r := is.PrefixRange(prefix)
+	nsDir := s.NamespaceDir(ns)
+	lst, err := s.listings.get(ns, nsDir)
 	if err != nil {
 		return 0, nil, err
 	}
-	if cursor >= uint64(len(names)) {
+	var files []location
+	for _, d := range dirsInRange(lst.dirs, r) {
+		names, err := readFiles(nsDir, d)
+		if err != nil {
+			return 0, nil, s.walkFailed(ctx, is.OpScan, ns, fmt.Sprintf("prefix %q", prefix), err)
+		}
+		for _, name := range names {
+			files = append(files, location{dir: d, name: name})
+		}
+	}
+	if cursor >= uint64(len(files)) {
 		return 0, nil, nil
 	}
 	i := int(cursor)
-	end := len(names)
+	end := len(files)
 	if count < end-i {
 		end = i + count
 	}
 	var keys []string
-	for _, name := range names[i:end] {
-		found, err := s.fileKeys(ctx, ns, name, is.PrefixRange(prefix))
+	for _, loc := range files[i:end] {
+		found, err := s.fileKeys(ctx, ns, loc, r)
 		if err != nil {
 			if fileFault(ctx.Err(), err) {
-				err = fmt.Errorf("file %s: %w", where(ns, name), err)
+				err = fmt.Errorf("file %s: %w", where(ns, loc.rel()), err)
 			}
 			return 0, nil, s.walkFailed(ctx, is.OpScan, ns, fmt.Sprintf("prefix %q", prefix), err)
 		}
 		keys = append(keys, found...)
 	}
-	if end == len(names) {
+	if end == len(files) {
 		return 0, keys, nil
 	}
 	return uint64(end), keys, nil
@@ -408,26 +681,35 @@ func fileFault(ctxErr, err error) bool {
 var outOfSomething = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOSPC}
 
 // where names a file of ns for an operator: its path under the store's directory.
-func where(ns, name string) string { return dirName(ns) + "/" + name }
+func where(ns, rel string) string { return dirName(ns) + "/" + rel }
 
-// fileKeys returns the keys in the range that the file holds rows for: its one key, or none once
-// the index was emptied.
-func (s *Store) fileKeys(ctx context.Context, ns, name string, r is.KeyRange) ([]string, error) {
-	c, err := s.pool.acquire(ctx, ns, filepath.Join(s.NamespaceDir(ns), name), false)
-	if err != nil || c == nil {
-		return nil, err
+// fileKeys returns the keys in the range of the file at loc: the key its name stands for, read from
+// the name alone, or, for a hash-named file, the keys it holds rows for (its one key, or none), read
+// from it under the protocol of lock.go.
+func (s *Store) fileKeys(ctx context.Context, ns string, loc location, r is.KeyRange) ([]string, error) {
+	if key, known, _ := nameKey(loc.dir, loc.name); known {
+		if r.Contains(key) {
+			return []string{key}, nil
+		}
+		return nil, nil
 	}
-	defer s.pool.release(c)
 	var keys []string
-	for from := (is.Resume{}); ; {
-		page, err := c.st.ScanStable(ctx, ns, r, from, 8)
-		if err != nil {
-			return nil, err
+	_, err := s.withFile(ctx, ns, loc, false, func(c *conn) error {
+		for from := (is.Resume{}); ; {
+			page, err := c.st.ScanStable(ctx, ns, r, from, 8)
+			if err != nil {
+				return err
+			}
+			keys = append(keys, page.Keys...)
+			if page.Done {
+				return nil
+			}
+			from = page.Next
 		}
-		keys = append(keys, page.Keys...)
-		if page.Done {
-			return keys, nil
-		}
-		from = page.Next
+	})
+	var fe fileStoreError
+	if errors.As(err, &fe) {
+		err = fe.err
 	}
+	return keys, err
 }

@@ -67,10 +67,10 @@ func closeFile(tb testing.TB, p *pool, path string) {
 			tb.Fatal(err)
 		}
 	}
-	for _, side := range []string{"-wal", "-shm"} {
-		if _, err := os.Stat(path + side); err == nil {
-			tb.Fatalf("closeFile: %s%s outlived the file's last connection", path, side)
-		}
+	// The connection persists its WAL (see persistWAL), emptied once it is checkpointed: nothing in it
+	// can mask or undo damage to the file.
+	if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() != 0 {
+		tb.Fatalf("closeFile: %s-wal holds %d bytes after the file's last connection closed", path, fi.Size())
 	}
 }
 
@@ -131,36 +131,114 @@ func sorted(ks []string) []string {
 	return out
 }
 
+// longKeys are keys too long to name a file by: their files are named by a hash, and a walk reads
+// their keys from them.
+func longKeys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("agent:%03d:", i) + strings.Repeat("x", 300)
+	}
+	return out
+}
+
+// bucketedKeys are keys with a bucket prefix, spread over a few buckets as the oplog layers store them.
+func bucketedKeys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = is.BucketPrefix(i%7*2000) + fmt.Sprintf("c:agent-%03d", i)
+	}
+	return out
+}
+
 func TestScanStable_PageVisitsAtMostCountFiles(t *testing.T) {
-	dir := t.TempDir()
-	ks := keys(40)
-	appendAll(t, open(t, dir, Options{}), ks)
-	// A second store over the same directory has nothing open, so every file a page visits is a file
-	// it opens.
-	st := open(t, dir, Options{MaxOpenFiles: 64})
-	const count = 6
-	before := st.Stats().FilesOpened
-	pages := 0
-	got := walk(t, st, "", count, func(is.Page) {
-		pages++
-		now := st.Stats().FilesOpened
-		if now-before > count {
-			t.Fatalf("page %d opened %d files, more than count %d", pages, now-before, count)
-		}
-		before = now
-	})
-	if !slices.Equal(sorted(got), ks) {
-		t.Fatalf("walk returned %d keys, want %d", len(got), len(ks))
-	}
-	if opened := st.Stats().FilesOpened; opened != int64(len(ks)) {
-		t.Fatalf("a pass over %d files opened %d files; each should be opened once", len(ks), opened)
-	}
-	if want := (len(ks) + count - 1) / count; pages != want {
-		t.Fatalf("walk took %d pages, want %d", pages, want)
+	for _, c := range []struct {
+		name  string
+		ks    []string
+		opens bool // the names are hashes: the walk opens each file once to read its key
+	}{{"Unbucketed", keys(40), false}, {"Bucketed", bucketedKeys(40), false}, {"Long", longKeys(40), true}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ks := sorted(c.ks)
+			appendAll(t, open(t, dir, Options{}), ks)
+			// A second store over the same directory has nothing open, so every file a page reads is a
+			// file it opens.
+			st := open(t, dir, Options{MaxOpenFiles: 64})
+			const count = 6
+			pages := 0
+			got := walk(t, st, "", count, func(page is.Page) {
+				pages++
+				if len(page.Keys) > count {
+					t.Fatalf("page %d holds %d keys, more than count %d", pages, len(page.Keys), count)
+				}
+			})
+			if !slices.Equal(sorted(got), ks) {
+				t.Fatalf("walk returned %d keys, want %d", len(got), len(ks))
+			}
+			want := int64(0)
+			if c.opens {
+				want = int64(len(ks))
+			}
+			if opened := st.Stats().FilesOpened; opened != want {
+				t.Fatalf("a pass over %d files opened %d files, want %d", len(ks), opened, want)
+			}
+			if want := (len(ks) + count - 1) / count; pages != want {
+				t.Fatalf("walk took %d pages, want %d", pages, want)
+			}
+		})
 	}
 }
 
-func TestScanStable_PagesOfEmptiedFilesAreShortNotDone(t *testing.T) {
+// A walk of a bucket range lists those buckets' directories only: a key of another bucket is neither
+// handed back nor looked at (its directory is not listed; here, a file in it that is not a database
+// would otherwise fail nothing but would be seen by a walk that opened it).
+func TestScanStable_BucketRangeVisitsOnlyItsBuckets(t *testing.T) {
+	st := open(t, t.TempDir(), Options{})
+	ks := bucketedKeys(70) // buckets 0, 2000, 4000, ..., 12000
+	appendAll(t, st, ks)
+	// An unbucketed key that sorts inside the range is still found (it lives in "other").
+	odd := is.BucketPrefix(4000)[:4] + "0-not-bucketed"
+	appendAll(t, st, []string{odd})
+	r := is.BucketsRange(3000, 6001)
+	got := sorted(walk2(t, st, r, 5))
+	var want []string
+	for _, k := range append(slices.Clone(ks), odd) {
+		if r.Contains(k) {
+			want = append(want, k)
+		}
+	}
+	if want = sorted(want); !slices.Equal(got, want) {
+		t.Fatalf("walk of %v returned %q, want %q", r, got, want)
+	}
+	// A long-named file in a bucket outside the range is never opened.
+	other := open(t, st.Dir(), Options{})
+	outside := longKeys(1)[0]
+	if err := st.Append(t.Context(), testNS, is.BucketPrefix(9000)+outside, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	walk2(t, other, r, 5)
+	if n := other.Stats().FilesOpened; n != 0 {
+		t.Fatalf("a walk of %v opened %d files", r, n)
+	}
+}
+
+// walk2 is walk over a range.
+func walk2(t *testing.T, st *Store, r is.KeyRange, count int) []string {
+	t.Helper()
+	var all []string
+	for from := (is.Resume{}); ; {
+		page, err := st.ScanStable(t.Context(), testNS, r, from, count)
+		if err != nil {
+			t.Fatalf("ScanStable: %v", err)
+		}
+		all = append(all, page.Keys...)
+		if page.Done {
+			return all
+		}
+		from = page.Next
+	}
+}
+
+func TestScanStable_EmptiedFilesAreGone(t *testing.T) {
 	st := open(t, t.TempDir(), Options{})
 	ks := keys(30)
 	appendAll(t, st, ks)
@@ -169,14 +247,14 @@ func TestScanStable_PagesOfEmptiedFilesAreShortNotDone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 29 empty files and one that still holds its key: the walk must reach it, a few files a page.
-	got := walk(t, st, "", 4, func(page is.Page) {
-		if len(page.Keys) > 1 {
-			t.Fatalf("page of %d keys from one live file", len(page.Keys))
-		}
-	})
-	if !slices.Equal(got, ks[29:]) {
-		t.Fatalf("walk over emptied files returned %q, want %q", got, ks[29:])
+	// 29 emptied indexes and one that still holds its key: one page of one file.
+	pages := 0
+	got := walk(t, st, "", 4, func(page is.Page) { pages++ })
+	if !slices.Equal(got, ks[29:]) || pages != 1 {
+		t.Fatalf("walk over emptied indexes returned %q in %d pages, want %q in 1", got, pages, ks[29:])
+	}
+	if n := st.Stats().FilesRemoved; n != 29 {
+		t.Fatalf("%d files removed, want 29", n)
 	}
 }
 
@@ -240,7 +318,9 @@ func TestScanStable_ReopeningEvictedFileKeepsListing(t *testing.T) {
 func TestScanStable_TokenNotNamingAFileIsInvalid(t *testing.T) {
 	st := open(t, t.TempDir(), Options{})
 	appendAll(t, st, keys(3))
-	for _, token := range []is.Resume{is.FileResume("b"), is.FileResume(strings.Repeat("g", 64) + ".db"), is.MarkerResume("agent:000")} {
+	for _, token := range []is.Resume{is.FileResume("b"), is.FileResume(strings.Repeat("g", 64) + ".db"), is.MarkerResume("agent:000"),
+		is.FileResume("other/kx"), is.FileResume("zzzz/kx.db"), is.FileResume("4000/kx.db"), is.FileResume("0001/k=41.db"),
+		is.FileResume("other/k0001=2fx.db"), is.FileResume(strings.Repeat("7f", 32) + ".db")} {
 		if _, err := st.ScanStable(t.Context(), testNS, is.AllKeys, token, 10); !errors.Is(err, is.ErrInvalidArgument) {
 			t.Fatalf("ScanStable from %v: %v, want ErrInvalidArgument", token, err)
 		}
@@ -298,26 +378,58 @@ func TestReadsOfMissingIndexCreateNoFile(t *testing.T) {
 	}
 }
 
-func TestEmptiedIndexKeepsItsFile(t *testing.T) {
+func TestEmptiedIndexLosesItsFileAndDirectory(t *testing.T) {
 	st := open(t, t.TempDir(), Options{})
 	ctx := t.Context()
-	appendAll(t, st, []string{"gone", "dropped"})
-	if err := st.Delete(ctx, testNS, "gone"); err != nil {
+	gone, dropped, kept := is.BucketPrefix(7)+"c:gone", is.BucketPrefix(8)+"c:dropped", is.BucketPrefix(8)+"c:kept"
+	long := is.BucketPrefix(9) + longKeys(1)[0]
+	appendAll(t, st, []string{gone, dropped, kept, long, "other-key"})
+	if err := st.Append(ctx, testNS, dropped, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.DropPrefix(ctx, testNS, "dropped", 1); err != nil {
+	if err := st.Delete(ctx, testNS, gone); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"gone", "dropped"} {
-		if _, err := os.Stat(filepath.Join(st.NamespaceDir(testNS), fileName(testNS, k))); err != nil {
-			t.Fatalf("the file of emptied %q: %v", k, err)
+	// A drop that leaves an entry keeps the file.
+	if _, err := st.DropPrefix(ctx, testNS, dropped, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(st.filePath(testNS, dropped)); err != nil {
+		t.Fatalf("a drop that left an entry: %v", err)
+	}
+	for _, k := range []string{dropped, long, "other-key"} {
+		if _, err := st.DropPrefix(ctx, testNS, k, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{gone, dropped, long, "other-key"} {
+		if _, err := os.Stat(st.filePath(testNS, k)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the file of emptied %q: %v, want it removed", k, err)
+		}
+		for _, side := range []string{"-wal", "-shm"} {
+			if _, err := os.Stat(st.filePath(testNS, k) + side); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s of emptied %q: %v, want it removed", side, k, err)
+			}
 		}
 		if ok, err := st.Exists(ctx, testNS, k); ok || err != nil {
 			t.Fatalf("Exists(%q) after emptying: %v %v", k, ok, err)
 		}
 	}
-	if got := walk(t, st, "", 10, nil); len(got) != 0 {
-		t.Fatalf("walk over emptied files returned %q", got)
+	// Bucket 7's and 9's directories held nothing else, and "other" neither; bucket 8's holds kept.
+	entries, err := os.ReadDir(st.NamespaceDir(testNS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != bucketDir(8) {
+		t.Fatalf("namespace directory holds %v, want only %s", entries, bucketDir(8))
+	}
+	if got := walk(t, st, "", 10, nil); !slices.Equal(got, []string{kept}) {
+		t.Fatalf("walk after emptying returned %q, want %q", got, kept)
+	}
+	// An index emptied and written again is there again.
+	appendAll(t, st, []string{gone})
+	if got := sorted(walk(t, st, "", 10, nil)); !slices.Equal(got, []string{gone, kept}) {
+		t.Fatalf("walk after re-creating %q returned %q", gone, got)
 	}
 }
 
@@ -420,7 +532,7 @@ func TestPool_ConcurrentOperationsWithTinyPoolLoseNothing(t *testing.T) {
 func TestClose_ClosesFilesInUseWhenReleased(t *testing.T) {
 	st := open(t, t.TempDir(), Options{})
 	appendAll(t, st, keys(3))
-	c, err := st.pool.acquire(t.Context(), testNS, filepath.Join(st.NamespaceDir(testNS), fileName(testNS, "agent:000")), false)
+	c, err := st.pool.acquire(t.Context(), st.filePath(testNS, "agent:000"), false)
 	if err != nil || c == nil {
 		t.Fatalf("acquire: %v %v", c, err)
 	}
@@ -462,14 +574,50 @@ func TestDirName_IsInjectiveAndSafe(t *testing.T) {
 	}
 }
 
-func TestFileName_IsFixedLengthHex(t *testing.T) {
-	for _, k := range []string{"a", "../../etc/passwd", strings.Repeat("k/", 512), "日本語"} {
-		if name := fileName(testNS, k); !isFileName(name) {
-			t.Fatalf("fileName(%q) = %q is not one isFileName accepts", k, name)
+func TestFileNames_AreReversibleSafeAndOnePerKey(t *testing.T) {
+	ks := []string{"a", "A", "../../etc/passwd", "..", ".", strings.Repeat("k/", 512), "日本語", "c:a", "%41", "=41", "a=b", "^a", "a b",
+		is.BucketPrefix(0) + "c:x", is.BucketPrefix(16383) + "Z", is.BucketPrefix(5), "4000/x", "0a5B/x", "0a5b0",
+		is.BucketPrefix(3) + strings.Repeat("é", 300), strings.Repeat("z", 251), strings.Repeat("z", 252), strings.Repeat("Z", 126)}
+	seen := map[string]string{}
+	for _, k := range ks {
+		if err := is.ValidateKey(k); err != nil {
+			t.Fatalf("test key %q: %v", k, err)
+		}
+		loc := locate(testNS, k)
+		if !isDirName(loc.dir) || len(loc.name) > maxFileName || loc.name == "." || loc.name == ".." || strings.ContainsAny(loc.name, `/\`) {
+			t.Fatalf("locate(%q) = %+v is not a safe place", k, loc)
+		}
+		if other, dup := seen[strings.ToLower(loc.rel())]; dup {
+			t.Fatalf("keys %q and %q share file %q (ignoring case)", k, other, loc.rel())
+		}
+		seen[strings.ToLower(loc.rel())] = k
+		key, known, ok := nameKey(loc.dir, loc.name)
+		if !ok {
+			t.Fatalf("nameKey(%+v) does not take the name locate gave %q", loc, k)
+		}
+		rest := k
+		if _, bucketed := is.KeyBucket(k); bucketed {
+			rest = k[is.BucketPrefixLen:]
+		}
+		if wantKnown := len(escapedPrefix+escapeKey(rest)+fileExt) <= maxFileName; known != wantKnown {
+			t.Fatalf("the name of %q tells its key: %v, want %v", k, known, wantKnown)
+		}
+		if known && key != k {
+			t.Fatalf("the name of %q reads back as %q", k, key)
+		}
+		if b, bucketed := is.KeyBucket(k); bucketed != (loc.dir != otherDir) || bucketed && loc.dir != bucketDir(b) {
+			t.Fatalf("locate(%q) = %+v: wrong directory", k, loc)
 		}
 	}
-	if fileName("a", "b/c") == fileName("a/b", "c") {
+	if hashedName("a", "b/c") == hashedName("a/b", "c") {
 		t.Fatal("namespace and key are not separated in the hash")
+	}
+	// Names this backend would not give a file are not its files.
+	for _, bad := range [][2]string{{otherDir, "kA.db"}, {otherDir, "k=61.db"}, {otherDir, "k=4.db"}, {otherDir, "k%41.db"}, {otherDir, "k^.db"}, {otherDir, "k.db"},
+		{otherDir, "k0001=2fx.db"}, {bucketDir(1), "kx.db-wal"}, {bucketDir(1), "kx"}, {otherDir, "k=00.db"}, {otherDir, "h" + strings.Repeat("g", 64) + ".db"}} {
+		if isFileName(bad[0], bad[1]) {
+			t.Fatalf("isFileName(%q, %q) = true", bad[0], bad[1])
+		}
 	}
 }
 
@@ -505,20 +653,29 @@ func BenchmarkFullPass(b *testing.B) {
 	}
 }
 
-// rawWalk is what a program would do without strata: list the namespace's directory and open each
+// rawWalk is what a program would do without strata: list the namespace's directories and open each
 // file in turn to read its key, with database/sql and the same driver.
 func rawWalk(ctx context.Context, st is.Storage, ns string, _ int) (int, error) {
-	dir := st.(*Store).NamespaceDir(ns)
-	entries, err := os.ReadDir(dir)
+	nsDir := st.(*Store).NamespaceDir(ns)
+	dirs, err := os.ReadDir(nsDir)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, e := range entries {
-		if !isFileName(e.Name()) {
-			continue
+	var files []string
+	for _, d := range dirs {
+		entries, err := os.ReadDir(filepath.Join(nsDir, d.Name()))
+		if err != nil {
+			return 0, err
 		}
-		db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, e.Name())+"?mode=rw&_busy_timeout=5000&_journal_mode=WAL")
+		for _, e := range entries {
+			if isFileName(d.Name(), e.Name()) {
+				files = append(files, filepath.Join(nsDir, d.Name(), e.Name()))
+			}
+		}
+	}
+	n := 0
+	for _, path := range files {
+		db, err := sql.Open("sqlite3", "file:"+path+"?mode=rw&_busy_timeout=5000&_journal_mode=WAL")
 		if err != nil {
 			return n, err
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	sqlite3 "github.com/mattn/go-sqlite3"
+
 	"github.com/stratalog/strata/backends/sqlite"
 	is "github.com/stratalog/strata/indexedstorage"
 )
@@ -23,8 +25,7 @@ var errMissing = errors.New("index file does not exist")
 // use at once, the excess is closed as each is released.
 type pool struct {
 	max      int
-	fileOpts sqlite.Options  // how each file is opened
-	created  func(ns string) // called after this process created a file, before the creator returns
+	fileOpts sqlite.Options // how each file is opened
 	mu       sync.Mutex
 	conns    map[string]*conn // by path, including files still being opened
 	idle     list.List        // of *conn with refs == 0, most recently used at the front
@@ -36,19 +37,22 @@ type pool struct {
 type conn struct {
 	path  string
 	st    *sqlite.Store // set once ready is closed and err is nil
+	id    os.FileInfo   // what path named when st was opened (under the directory's shared lock)
 	err   error
 	ready chan struct{}
 	refs  int
 	elem  *list.Element // in pool.idle while refs == 0
+	// discarded: taken off the pool because path no longer names id; closed by its last release.
+	discarded bool
 }
 
-func newPool(max int, opts sqlite.Options, created func(ns string)) *pool {
-	return &pool{max: max, fileOpts: opts, created: created, conns: make(map[string]*conn)}
+func newPool(max int, opts sqlite.Options) *pool {
+	return &pool{max: max, fileOpts: opts, conns: make(map[string]*conn)}
 }
 
 // acquire returns the open file at path, opening it if needed, with a reference the caller must
 // release. A missing file is created only if create is set; otherwise acquire returns nil, nil.
-func (p *pool) acquire(ctx context.Context, ns, path string, create bool) (*conn, error) {
+func (p *pool) acquire(ctx context.Context, path string, create bool) (*conn, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -67,7 +71,7 @@ func (p *pool) acquire(ctx context.Context, ns, path string, create bool) (*conn
 		p.mu.Unlock()
 
 		if opener {
-			p.openFile(ctx, c, ns, create)
+			p.openFile(ctx, c, create)
 		} else {
 			select {
 			case <-c.ready:
@@ -94,15 +98,9 @@ func (p *pool) acquire(ctx context.Context, ns, path string, create bool) (*conn
 
 // openFile opens c's file on behalf of every caller that joins c meanwhile. It does not stop for the
 // opener's ctx (the others are waiting on the same open), only for the busy timeout.
-func (p *pool) openFile(ctx context.Context, c *conn, ns string, create bool) {
+func (p *pool) openFile(ctx context.Context, c *conn, create bool) {
 	ctx = context.WithoutCancel(ctx)
-	st, existed, err := p.openStore(ctx, c.path, create)
-	if err == nil && !existed {
-		// Only a file that did not exist before this open is news to the listing (an evicted file
-		// opened again changes nothing), and the listing must hear of it before any caller sharing
-		// this open returns.
-		p.created(ns)
-	}
+	st, id, err := p.openStore(ctx, c.path, create)
 	var evicted []*conn
 	p.mu.Lock()
 	switch {
@@ -112,7 +110,7 @@ func (p *pool) openFile(ctx context.Context, c *conn, ns string, create bool) {
 		evicted = append(evicted, &conn{st: st})
 		c.err = is.ErrClosed
 	default:
-		c.st = st
+		c.st, c.id = st, id
 		p.open++
 		p.openings.Add(1)
 		evicted = p.evictLocked()
@@ -125,31 +123,77 @@ func (p *pool) openFile(ctx context.Context, c *conn, ns string, create bool) {
 	closeAll(evicted)
 }
 
-// openStore opens the SQLite file at path, creating it (and its directory) only if create is set.
-// existed reports whether the file was there before.
-func (p *pool) openStore(ctx context.Context, path string, create bool) (st *sqlite.Store, existed bool, err error) {
+// openStore opens the SQLite file at path, creating it (and its directory) only if create is set, and
+// returns what the path names (which the caller's shared lock on the directory keeps the same).
+func (p *pool) openStore(ctx context.Context, path string, create bool) (*sqlite.Store, os.FileInfo, error) {
+	existed := false
 	switch _, err := os.Stat(path); {
 	case err == nil:
 		existed = true
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, false, fmt.Errorf("multisqlite: %w", err)
+		return nil, nil, fmt.Errorf("multisqlite: %w", err)
 	case !create:
-		return nil, false, errMissing
+		return nil, nil, errMissing
 	default:
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return nil, false, fmt.Errorf("multisqlite: %w", err)
+			return nil, nil, fmt.Errorf("multisqlite: %w", err)
 		}
 	}
 	opts := p.fileOpts
 	opts.SingleConnection = true
-	// Files are never removed, so one that existed still does; mode=rw keeps a read from recreating one
-	// that something outside removed anyway.
+	// mode=rw keeps a read from recreating a file that something outside removed.
 	opts.MustExist = existed
-	st, err = sqlite.Open(ctx, path, opts)
+	st, err := sqlite.Open(ctx, path, opts)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
-	return st, existed, nil
+	if err := persistWAL(ctx, st); err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	id, err := os.Stat(path)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("multisqlite: %w", err)
+	}
+	return st, id, nil
+}
+
+// persistWAL makes closing the file's one connection leave its -wal (emptied: journal_size_limit 0)
+// and -shm where they are rather than unlink them by path: the file may have been removed since it was
+// opened, and a file created since under its name has -wal and -shm of its own.
+func persistWAL(ctx context.Context, st *sqlite.Store) error {
+	c, err := st.DB().Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("multisqlite: %w", err)
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `PRAGMA journal_size_limit = 0`); err != nil {
+		return fmt.Errorf("multisqlite: journal_size_limit: %w", err)
+	}
+	return c.Raw(func(dc any) error {
+		sc, ok := dc.(*sqlite3.SQLiteConn)
+		if !ok {
+			return fmt.Errorf("multisqlite: driver connection is a %T, not a go-sqlite3 connection", dc)
+		}
+		if err := sc.SetFileControlInt("main", sqlite3.SQLITE_FCNTL_PERSIST_WAL, 1); err != nil {
+			return fmt.Errorf("multisqlite: SQLITE_FCNTL_PERSIST_WAL: %w", err)
+		}
+		return nil
+	})
+}
+
+// discard takes c off the pool because its path no longer names the file it has open (the file was
+// removed, perhaps created again): the next acquire opens the path afresh, and c is closed by its last
+// release.
+func (p *pool) discard(c *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.st != nil && !c.discarded && p.conns[c.path] == c {
+		delete(p.conns, c.path)
+		c.discarded = true
+		p.open--
+	}
 }
 
 // evictLocked takes idle files off the pool, least recently used first, until it is within its bound,
@@ -173,7 +217,9 @@ func (p *pool) release(c *conn) {
 	p.mu.Lock()
 	c.refs--
 	if c.refs == 0 && c.st != nil {
-		if p.closed {
+		if c.discarded {
+			evicted = append(evicted, c)
+		} else if p.closed {
 			if p.conns[c.path] == c {
 				delete(p.conns, c.path)
 				p.open--

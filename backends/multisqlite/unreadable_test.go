@@ -131,10 +131,13 @@ func corruptStore(t *testing.T, ks []string, bad int, corrupt func(t *testing.T,
 	return open(t, dir, Options{}), path
 }
 
+// A walk opens a file only when its name is a hash (a long key): such a damaged file is listed in
+// Unreadable. (A file named by its key is not opened: its key comes back, and its reads fail; see
+// TestScanStable_DamagedFileNamedByItsKeyIsHandedBack.)
 func TestScanStable_UnreadableFileIsListedAndTheWalkGoesOn(t *testing.T) {
 	for _, c := range corruptions {
 		t.Run(c.name, func(t *testing.T) {
-			ks := keys(7)
+			ks := longKeys(7)
 			st, path := corruptStore(t, ks, 3, c.corrupt)
 			for _, count := range []int{1, 2, 100} {
 				var unreadable []is.Unreadable
@@ -154,7 +157,7 @@ func TestScanStable_UnreadableFileIsListedAndTheWalkGoesOn(t *testing.T) {
 					t.Fatalf("pages of %d: Unreadable %+v, want the one damaged file", count, unreadable)
 				}
 				u := unreadable[0]
-				if want := dirName(testNS) + "/" + filepath.Base(path); u.Where != want || u.Key != "" {
+				if want := dirName(testNS) + "/" + otherDir + "/" + filepath.Base(path); u.Where != want || u.Key != "" {
 					t.Fatalf("pages of %d: Unreadable{Key: %q, Where: %q}, want Where %q and no key (the name is a hash)", count, u.Key, u.Where, want)
 				}
 				if u.Err == nil || is.IsTransient(u.Err) {
@@ -162,6 +165,20 @@ func TestScanStable_UnreadableFileIsListedAndTheWalkGoesOn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestScanStable_DamagedFileNamedByItsKeyIsHandedBack(t *testing.T) {
+	ks := bucketedKeys(5)
+	st, _ := corruptStore(t, ks, 2, corruptions[0].corrupt)
+	if got := sorted(walk(t, st, "", 2, nil)); !slices.Equal(got, sorted(ks)) {
+		t.Fatalf("walk returned %q, want every key %q", got, sorted(ks))
+	}
+	if n := st.Stats().FilesOpened; n != 0 {
+		t.Fatalf("the walk opened %d files", n)
+	}
+	if _, _, err := st.LastID(t.Context(), testNS, ks[2]); err == nil || is.IsTransient(err) {
+		t.Fatalf("LastID of the damaged index: %v, want a permanent error", err)
 	}
 }
 
@@ -263,7 +280,7 @@ func TestScanStable_StoreClosedMidPageFailsIt(t *testing.T) {
 }
 
 func TestScan_UnreadableFileFailsTheCallNamingIt(t *testing.T) {
-	ks := keys(4)
+	ks := longKeys(4)
 	// A file that opens but cannot be read: the engine's error names no file, so Scan must.
 	st, path := corruptStore(t, ks, 2, func(t *testing.T, path string) { execFile(t, path, `DROP TABLE index_storage`) })
 	var err error
@@ -274,7 +291,7 @@ func TestScan_UnreadableFileFailsTheCallNamingIt(t *testing.T) {
 		}
 		cursor = next
 	}
-	if err == nil || !strings.Contains(err.Error(), dirName(testNS)+"/"+filepath.Base(path)) {
+	if err == nil || !strings.Contains(err.Error(), dirName(testNS)+"/"+otherDir+"/"+filepath.Base(path)) {
 		t.Fatalf("Scan over a damaged file: %v, want an error naming the file", err)
 	}
 }

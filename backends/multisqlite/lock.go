@@ -1,0 +1,213 @@
+package multisqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// The removal protocol (docs/multisqlite.md states it for foreign writers).
+//
+// Every operation on an index file holds flock(2) on the file's directory (its bucket directory, or
+// "other") for the operation's duration: shared for reads and writes, exclusive for the removal of an
+// emptied file. flock locks belong to an open file description, so they exclude one another across
+// processes and between two opens in one process alike, and they are independent of the POSIX locks
+// SQLite takes on the database file (the directory is never opened by SQLite, so closing it cannot
+// drop one of SQLite's locks).
+//
+//   - Whoever takes the lock opens the directory, locks it, and checks that the directory's path still
+//     names the directory it locked (fstat of its descriptor against stat of the path). A remover may
+//     have removed an emptied directory meanwhile; then it closes it and starts again (creating the
+//     directory first, for a write).
+//   - Under the shared lock, a file is opened (or created) only then, and the identity (device and
+//     inode) the path names is recorded with the connection. Every later operation on that connection
+//     first checks, under its shared lock, that the path still names that identity; if not (the file
+//     was removed, or removed and created again), the connection is closed and the file opened or
+//     created afresh. A write creates the file and commits its first rows under one shared lock, so an
+//     empty file is never seen under the exclusive lock except one emptied by a drop (or left by a
+//     writer that died before its first commit).
+//   - A drop that leaves the file without rows releases its shared lock and takes the exclusive lock,
+//     then checks again, under it, that the file holds no row at all; only then does it unlink the
+//     file and its -wal and -shm, and remove the directory if that left it empty. Under the exclusive
+//     lock no one is in the middle of an operation, and whoever comes next finds the path gone.
+//   - Every connection this package opens sets SQLITE_FCNTL_PERSIST_WAL (and journal_size_limit 0),
+//     so that closing a connection to a removed file never unlinks, by path, the -wal and -shm of a
+//     file created since under the same name.
+//
+// Within the process, a read-write mutex per directory (shared by the operations, exclusive for the
+// remover) comes first: Go's RWMutex lets a waiting remover in before later operations, which flock
+// does not, so that the remover cannot be starved by this process's own traffic on the directory.
+
+// removalPatience bounds how long a remover waits for the exclusive lock while other processes hold
+// the shared one. A file it cannot remove in that time is left (it is in use) and removed by a later
+// drop, or by the first operation that finds it empty.
+const removalPatience = 200 * time.Millisecond
+
+// errBusy is a lock that could not be taken within the patience given.
+var errBusy = errors.New("directory lock busy")
+
+// dirLocks are the in-process read-write mutexes, one shard per directory hash.
+type dirLocks [256]sync.RWMutex
+
+func (d *dirLocks) of(path string) *sync.RWMutex {
+	h := fnv.New32a()
+	h.Write([]byte(path))
+	return &d[h.Sum32()%uint32(len(d))]
+}
+
+// dirLock is a held lock on one directory of a namespace.
+type dirLock struct {
+	f         *os.File // nil when the protocol is taken out (a test's unsafeNoLock)
+	mu        *sync.RWMutex
+	exclusive bool
+}
+
+func (l *dirLock) unlock() {
+	if l.f != nil {
+		l.f.Close() // releases the flock
+	}
+	if l.mu == nil {
+		return
+	}
+	if l.exclusive {
+		l.mu.Unlock()
+	} else {
+		l.mu.RUnlock()
+	}
+}
+
+// lockDir takes the lock on directory dir of namespace ns: shared, or exclusive for a remover, waiting
+// at most patience for another process's holders. A missing directory is created when create is set;
+// otherwise lockDir returns nil, nil. The path is checked to name the locked directory before
+// lockDir returns.
+func (s *Store) lockDir(ctx context.Context, ns, dir string, exclusive, create bool, patience time.Duration) (*dirLock, error) {
+	nsDir := s.NamespaceDir(ns)
+	path := filepath.Join(nsDir, dir)
+	l := &dirLock{exclusive: exclusive}
+	if !s.unsafeNoLock {
+		l.mu = s.dirLocks.of(path)
+		if exclusive {
+			l.mu.Lock()
+		} else {
+			l.mu.RLock()
+		}
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt == 1000 {
+			l.unlock()
+			return nil, is.Classify(is.ErrTransient, fmt.Errorf("multisqlite: directory %s/%s keeps being removed under its lock", filepath.Base(nsDir), dir))
+		}
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			if !create {
+				l.unlock()
+				return nil, nil
+			}
+			if err := s.mkdir(ns, nsDir, path); err != nil {
+				l.unlock()
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			l.unlock()
+			return nil, fmt.Errorf("multisqlite: %w", err)
+		}
+		if s.unsafeNoLock {
+			f.Close()
+			return l, nil
+		}
+		if err := flockWait(ctx, f, how, patience); err != nil {
+			f.Close()
+			l.unlock()
+			if errors.Is(err, errBusy) && !exclusive {
+				return nil, is.Classify(is.ErrTransient, fmt.Errorf("multisqlite: lock %s/%s: %w", filepath.Base(nsDir), dir, err))
+			}
+			return nil, err
+		}
+		same, err := names(f, path)
+		if err != nil {
+			f.Close()
+			l.unlock()
+			return nil, fmt.Errorf("multisqlite: %w", err)
+		}
+		if !same {
+			f.Close() // a remover took this directory away while we waited: start again
+			continue
+		}
+		l.f = f
+		return l, nil
+	}
+}
+
+// mkdir makes the directory at path (and the namespace directory above it); one that appeared
+// meanwhile is no error. The namespace's listing is dropped, since it names directories.
+func (s *Store) mkdir(ns, nsDir, path string) error {
+	if err := os.MkdirAll(nsDir, 0o755); err != nil {
+		return fmt.Errorf("multisqlite: %w", err)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("multisqlite: %w", err)
+	}
+	s.listings.drop(ns)
+	return nil
+}
+
+// names reports whether path still names the file open as f.
+func names(f *os.File, path string) (bool, error) {
+	held, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	now, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(held, now), nil
+}
+
+// flockWait takes flock how on f, retrying a lock held elsewhere with a growing pause until patience
+// has passed (errBusy) or ctx is done. flock has no timeout of its own and a blocking call cannot be
+// interrupted by ctx, so it polls.
+func flockWait(ctx context.Context, f *os.File, how int, patience time.Duration) error {
+	deadline := time.Now().Add(patience)
+	pause := 50 * time.Microsecond
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case !errors.Is(err, syscall.EWOULDBLOCK):
+			return fmt.Errorf("multisqlite: flock %s: %w", filepath.Base(f.Name()), err)
+		}
+		if !time.Now().Before(deadline) {
+			return errBusy
+		}
+		t := time.NewTimer(min(pause, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 5*time.Millisecond)
+	}
+}
