@@ -85,7 +85,8 @@ type Layer interface {
 	// scan namespace, with indexedstorage ScanStable semantics (a key present for the whole walk is
 	// handed back at least once, whatever the caller deletes): a walk of one shard's buckets costs that
 	// shard's keys. A key in the walked range that is no agent's stored key (see ParseStoredKey) may be
-	// handed back too. A layer whose ScanNamespace answers false returns ErrNotEnumerable.
+	// handed back too. A page's LastIDs, when set, are each agent's LastIndex in this layer, read with
+	// the page. A layer whose ScanNamespace answers false returns ErrNotEnumerable.
 	ScanAgents(ctx context.Context, mode Mode, r BucketRange, from is.Resume, count int) (is.Page, error)
 }
 

@@ -44,6 +44,16 @@ func (s *Stack) Layers() []Layer { return slices.Clone(s.layers) }
 // Archives are the archive layers, top to bottom.
 func (s *Stack) Archives() []Layer { return slices.Clone(s.archives) }
 
+// layersOf is the layers an oplog of mode can have entries in, top first, and the position of the first
+// of them in Layers: an ephemeral oplog never touches the primary (Append writes it straight to the first
+// archive layer), so nothing of an ephemeral agent reads the primary either.
+func (s *Stack) layersOf(mode Mode) (layers []Layer, top int) {
+	if mode == Ephemeral {
+		return s.layers[1:], 1
+	}
+	return s.layers, 0
+}
+
 // MaxHops bounds a Drain: every layer above the bottom can need one hop, plus slack for a writer
 // racing the drain. Reaching it means a layer keeps reporting entries it should not have.
 func (s *Stack) MaxHops() int { return len(s.archives) + 2 }
@@ -108,7 +118,8 @@ func (s *Stack) Read(ctx context.Context, agent AgentID, mode Mode, from Index, 
 	from = max(from, 1)
 	to := from + Index(n) - 1
 	var merged []Entry
-	for _, l := range s.layers {
+	layers, _ := s.layersOf(mode)
+	for _, l := range layers {
 		entries, err := l.Read(ctx, agent, mode, from, to, ReadLimit{Entries: n, Bytes: int(^uint(0) >> 1)})
 		if err != nil {
 			return nil, err
@@ -145,7 +156,8 @@ func (s *Stack) LastIndex(ctx context.Context, agent AgentID, mode Mode) (Index,
 	}
 	var last Index
 	found := false
-	for _, l := range s.layers {
+	layers, _ := s.layersOf(mode)
+	for _, l := range layers {
 		idx, ok, err := l.LastIndex(ctx, agent, mode)
 		if err != nil {
 			return 0, false, err
@@ -193,22 +205,68 @@ func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 	if err := checkOplog(agent, mode); err != nil {
 		return Step{}, err
 	}
-	for i, src := range s.layers[:len(s.layers)-1] {
-		srcLast, ok, err := src.LastIndex(ctx, agent, mode)
+	_, top := s.layersOf(mode)
+	for i := top; i < len(s.layers)-1; i++ {
+		srcLast, ok, err := s.layers[i].LastIndex(ctx, agent, mode)
 		if err != nil {
 			return Step{}, err
 		}
 		if !ok {
 			continue
 		}
-		step, err := move(ctx, agent, mode, src, s.layers[i+1:], srcLast)
+		step, err := s.hop(ctx, agent, mode, i, srcLast)
 		if err != nil {
-			return step, fmt.Errorf("archive %s from %s to %s: %w", agent, step.Source, step.Target, err)
+			return step, err
 		}
 		step.More, err = s.holdsAboveBottom(ctx, agent, mode, i)
 		return step, err
 	}
 	return Step{}, nil
+}
+
+// hop moves layer i's entries up to srcLast one layer down.
+func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLast Index) (Step, error) {
+	step, err := move(ctx, agent, mode, s.layers[i], s.layers[i+1:], srcLast)
+	if err != nil {
+		return step, fmt.Errorf("archive %s from %s to %s: %w", agent, step.Source, step.Target, err)
+	}
+	return step, nil
+}
+
+// DrainSeen is the sweep's drain: it moves what the sweep's gate saw, the entries of Layers()[layer]
+// up to last (a LastIndex the caller has just read, so the step does not read it again), down to the
+// bottom, and returns without looking again at what it has moved past. It is one hop when the layer
+// below is the bottom; otherwise Drain's hops follow from the next layer down. Entries a writer appends
+// above last during the drain stay where they are, as in ArchiveStep: the sweep meets them on a later
+// pass, when they are quiet (under the executor's Locker nothing can be written meanwhile).
+func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, last Index) (Drained, error) {
+	if err := checkOplog(agent, mode); err != nil {
+		return Drained{}, err
+	}
+	if _, top := s.layersOf(mode); layer < top || layer >= len(s.layers)-1 {
+		return Drained{}, fmt.Errorf("drain %s: layer %d is not a layer above the bottom that a %s oplog uses", agent, layer, mode)
+	}
+	step, err := s.hop(ctx, agent, mode, layer, last)
+	d := Drained{Moved: step.Moved, Bytes: step.Bytes}
+	if step.Moved > 0 || step.DroppedUpTo > 0 {
+		d.Hops = 1 // a hop that found the layer emptied meanwhile (a teardown drain won) is none
+	}
+	if err != nil || layer+1 == len(s.layers)-1 {
+		return d, err
+	}
+	// The layers between the next one and the bottom, as Drain does, one hop fewer.
+	for range s.MaxHops() - 1 {
+		step, err := s.ArchiveStep(ctx, agent, mode)
+		if step.Source != "" {
+			d.Hops++
+			d.Moved += step.Moved
+			d.Bytes += step.Bytes
+		}
+		if err != nil || !step.More {
+			return d, err
+		}
+	}
+	return d, fmt.Errorf("%w: %s still holds entries above the bottom layer after %d hops", ErrStepCap, agent, s.MaxHops())
 }
 
 // ErrIndexReused is returned by an archive step that finds source entries at or below the target's
@@ -269,7 +327,7 @@ func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []
 			break
 		}
 		last := batch[len(batch)-1].Index
-		moved, err := movedBelow(ctx, agent, mode, src, dst, batch)
+		moved, err := movedBelow(ctx, agent, mode, src, dst, len(below) == 1, batch)
 		if err != nil {
 			return target, err
 		}
@@ -316,18 +374,22 @@ type alreadyBelow struct {
 // the target's last index, and the part of the batch the source dropped since the read (a concurrent
 // step moved it). The source is looked at first: a step appends before it drops, so a drop seen here
 // means the target's last index read next covers it, unless that step has gone on to move the target's
-// entries further down, which the source's side still shows.
-func movedBelow(ctx context.Context, agent AgentID, mode Mode, src, dst Layer, batch []Entry) (alreadyBelow, error) {
+// entries further down, which the source's side still shows. When the target is the bottom, nothing
+// moves on from it, so its last index alone covers every drop and the source is not read again.
+func movedBelow(ctx context.Context, agent AgentID, mode Mode, src, dst Layer, dstIsBottom bool, batch []Entry) (alreadyBelow, error) {
 	var b alreadyBelow
-	first, ok, err := src.FirstIndex(ctx, agent, mode)
-	if err != nil {
-		return b, err
+	if !dstIsBottom {
+		first, ok, err := src.FirstIndex(ctx, agent, mode)
+		if err != nil {
+			return b, err
+		}
+		if last := batch[len(batch)-1].Index; !ok || first > last {
+			b.gone = last
+		} else if first > batch[0].Index {
+			b.gone = first - 1
+		}
 	}
-	if last := batch[len(batch)-1].Index; !ok || first > last {
-		b.gone = last
-	} else if first > batch[0].Index {
-		b.gone = first - 1
-	}
+	var err error
 	if b.target, _, err = dst.LastIndex(ctx, agent, mode); err != nil {
 		return b, err
 	}

@@ -20,13 +20,15 @@ import (
 // page twice (as Redis SCAN may), add latency, and run a hook on each page.
 type probe struct {
 	is.Storage
-	mu        sync.Mutex
-	lasts     map[string]int
-	pages     int
-	duplicate bool
-	latency   time.Duration
-	onPage    func(n int)
-	afterLast func(key string, n int) // after the n-th read of key's last entry returns
+	mu         sync.Mutex
+	lasts      map[string]int
+	pages      int
+	duplicate  bool
+	latency    time.Duration
+	onPage     func(n int)
+	afterLast  func(key string, n int) // after the n-th read of key's last entry returns
+	beforeLast func(key string)        // as a read of key's last entry begins
+	noPageIDs  bool                    // pages carry no last ids: the sweep must read each key
 }
 
 // Last and LastID count as reads of key's last entry alike.
@@ -43,8 +45,11 @@ func (p *probe) LastID(ctx context.Context, ns, key string) (id uint64, ok bool,
 func (p *probe) readLast(ctx context.Context, key string, read func() error) error {
 	p.mu.Lock()
 	p.lasts[key]++
-	lat, n, after := p.latency, p.lasts[key], p.afterLast
+	lat, n, after, before := p.latency, p.lasts[key], p.afterLast, p.beforeLast
 	p.mu.Unlock()
+	if before != nil {
+		before(key)
+	}
 	if err := sleep(ctx, lat); err != nil {
 		return err
 	}
@@ -58,7 +63,7 @@ func (p *probe) readLast(ctx context.Context, key string, read func() error) err
 func (p *probe) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	p.mu.Lock()
 	p.pages++
-	n, dup, lat, hook := p.pages, p.duplicate, p.latency, p.onPage
+	n, dup, lat, hook, noIDs := p.pages, p.duplicate, p.latency, p.onPage, p.noPageIDs
 	p.mu.Unlock()
 	if hook != nil {
 		hook(n)
@@ -67,12 +72,19 @@ func (p *probe) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 		return is.Page{}, err
 	}
 	page, err := p.Storage.ScanStable(ctx, ns, r, from, count)
+	if noIDs {
+		page.LastIDs = nil
+	}
 	if dup {
 		var twice []string
-		for _, k := range page.Keys {
+		var ids []uint64
+		for i, k := range page.Keys {
 			twice = append(twice, k, k)
+			if page.LastIDs != nil {
+				ids = append(ids, page.LastIDs[i], page.LastIDs[i])
+			}
 		}
-		page.Keys = twice
+		page.Keys, page.LastIDs = twice, ids
 	}
 	return page, err
 }

@@ -342,8 +342,9 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 		// Decide the whole page; if the tick is cut inside it, keep the old token so the keys not
 		// decided are read again rather than skipped (a page is never trimmed).
 		transient := false
-		for _, key := range page.Keys {
-			c, outcome, err := s.decide(tickCtx, r, a, key)
+		sights := s.sight(tickCtx, r, a, page)
+		for i, key := range page.Keys {
+			c, outcome, err := s.decide(r, key, sights[i])
 			if err != nil {
 				if reason := stopReason(ctx, tickCtx); reason != "" {
 					rr.Truncated = reason
@@ -401,18 +402,56 @@ func (s *Sweeper) unreadable(r *route, rr *RouteReport, key, where string, err e
 		"route", r.Name, "key", where, "pass", r.pass, "err", err)
 }
 
-// decide runs one key through triage and, if it survives, one storage read and the quiet gate. An
-// empty outcome means the agent passed the gate and is a candidate; err is a failed read.
-func (s *Sweeper) decide(ctx context.Context, r *route, a Assignment, key string) (candidate, Outcome, error) {
-	agent, outcome, worth := triage(key, a, s.opts.Residency)
-	if !worth {
-		return candidate{}, outcome, nil
+// sighting of a page's key: triage's verdict and, for a key worth it, its last index in the source.
+type sight struct {
+	agent   oplog.AgentID
+	outcome Outcome // triage's, for a key not worth a read
+	worth   bool
+	last    oplog.Index
+	exists  bool
+	err     error // the last index could not be read
+}
+
+// sight triages a page's keys and finds the last index of those that survive: from the page itself
+// when the backend read them with it (Page.LastIDs), else by reading each, at most MaxConcurrency at
+// once, as the archive phase runs.
+func (s *Sweeper) sight(ctx context.Context, r *route, a Assignment, page is.Page) []sight {
+	sights := make([]sight, len(page.Keys))
+	ids := page.LastIDs
+	if len(ids) != len(page.Keys) {
+		ids = nil // a page whose ids do not pair with its keys has none to trust
 	}
-	last, exists, err := r.source.LastIndex(ctx, agent, r.Mode)
-	if err != nil {
-		return candidate{}, "", err
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, s.cfg.MaxConcurrency)
+	for i, key := range page.Keys {
+		sg := &sights[i]
+		sg.agent, sg.outcome, sg.worth = triage(key, a, s.opts.Residency)
+		switch {
+		case !sg.worth:
+		case ids != nil:
+			sg.last, sg.exists = oplog.Index(ids[i]), true
+		default:
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				sg.last, sg.exists, sg.err = r.source.LastIndex(ctx, sg.agent, r.Mode)
+			})
+		}
 	}
-	if !exists {
+	wg.Wait()
+	return sights
+}
+
+// decide runs one sighted key through the quiet gate. An empty outcome means the agent passed the gate
+// and is a candidate; err is a failed read.
+func (s *Sweeper) decide(r *route, key string, sg sight) (candidate, Outcome, error) {
+	agent, last, exists := sg.agent, sg.last, sg.exists
+	switch {
+	case !sg.worth:
+		return candidate{}, sg.outcome, nil
+	case sg.err != nil:
+		return candidate{}, "", sg.err
+	case !exists:
 		s.forget(r, key)
 		return candidate{}, OutcomeEmpty, nil
 	}
@@ -576,7 +615,8 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 		res.outcome, res.current = OutcomeDeclined, last // moved on since the gate
 		return res
 	}
-	res.drained, err = s.stack.Drain(ctx, c.agent, r.Mode)
+	// The re-check's last index is the step's: the drain does not read it again.
+	res.drained, err = s.stack.DrainSeen(ctx, c.agent, r.Mode, r.Level, last)
 	switch {
 	case errors.Is(err, oplog.ErrStepCap):
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,

@@ -676,3 +676,58 @@ func TestSweep_StandDownDoesNothingAndSaysWhy(t *testing.T) {
 	e.tick()
 	e.requireArchived(a, 2)
 }
+
+// A page that carries each key's last id is the gate's read: the scan phase makes no other call.
+func TestSweep_LastIDsThatComeWithThePageCostNoRead(t *testing.T) {
+	e := newEnv(t, config())
+	agents := strandMany(e, 20)
+	for range 2 {
+		e.tick()
+	}
+	for _, a := range agents {
+		// One read per agent in all: the archive's re-check, which the drain reuses.
+		if n := e.st.lastsOf(a); n != 1 {
+			t.Fatalf("%s: %d last-index reads over two passes, want 1 (the archive's re-check)", a, n)
+		}
+		e.requireArchived(a, 2)
+	}
+}
+
+// Without ids in the page, the scan reads the keys' last indexes as the archive phase runs its agents:
+// MaxConcurrency at once. The reads wait for one another, so a scan reading one at a time would hold
+// the first read until the guard lets it go, and the most in flight would be 1.
+func TestSweep_ScanReadsAKeysLastIndexAtMaxConcurrency(t *testing.T) {
+	cfg := config()
+	cfg.MaxConcurrency = 4
+	e := newEnv(t, cfg)
+	strandMany(e, 12)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	all := make(chan struct{})
+	var once sync.Once
+	e.st.set(func(p *probe) {
+		p.noPageIDs = true
+		p.beforeLast = func(string) {
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			if inFlight == cfg.MaxConcurrency {
+				once.Do(func() { close(all) })
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-time.After(10 * time.Second): // a guard against a hang, not a measurement
+			}
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}
+	})
+	e.tick()
+	mu.Lock()
+	defer mu.Unlock()
+	if most != cfg.MaxConcurrency {
+		t.Fatalf("at most %d reads in flight during the scan, want max_concurrency = %d", most, cfg.MaxConcurrency)
+	}
+}

@@ -253,7 +253,8 @@ func (s *Store) ScanStable(_ context.Context, ns string, r is.KeyRange, from is.
 			more = true
 			return false
 		}
-		page.Keys = append(page.Keys, key)
+		entries := s.namespaces[ns].indexes[key]
+		page.Keys, page.LastIDs = append(page.Keys, key), append(page.LastIDs, entries[len(entries)-1].ID)
 		return true
 	})
 	if more {

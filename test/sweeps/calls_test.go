@@ -1,0 +1,55 @@
+package sweeps_test
+
+import (
+	"fmt"
+	"testing"
+
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
+	"github.com/stratalog/strata/test/backendtest"
+	"github.com/stratalog/strata/test/oplogtest"
+)
+
+// What archiving a stranded agent costs in indexed-storage calls, every call of the whole drain
+// (pages, gate, re-check, archive step), by operation. Per agent: the archive's re-check of its last
+// index (which the step reuses), one read of its chunk, one drop, and nothing else; the gate's two
+// sightings come with the pages where the backend reads last ids with them (Page.LastIDs), else they
+// are two more last-id reads. The blob put is the blob store's, not counted here.
+func TestSweep_StorageCallsPerArchivedAgent(t *testing.T) {
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		cfg := oplogtest.SweepConfig()
+		var calls oplogtest.CallCounter
+		st := b.Open(t)
+		r := oplogtest.NewSweepRig(t, calls.Wrap(st), cfg)
+		const n = 300
+		stranded := r.StrandAgents(t, "stranded", n, 3)
+		calls.Reset()
+		for tick := 0; r.Drained.Load() < n; tick++ {
+			if tick > 100 {
+				t.Fatalf("%d of %d drained after 100 ticks", r.Drained.Load(), n)
+			}
+			r.Sweeper.SweepOnce(t.Context())
+		}
+		got := calls.Reset()
+		if left := r.StrandedCount(t, stranded); left != 0 {
+			t.Fatalf("%d agents left stranded", left)
+		}
+		// Whether this backend's pages carry last ids, asked of a key of its own after the count.
+		r.StrandAgents(t, "probe", 1, 1)
+		page, err := st.ScanStable(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), is.AllKeys, is.Resume{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gateReads := 2
+		if page.LastIDs != nil {
+			gateReads = 0
+		}
+		want := map[is.Operation]int{is.OpLastID: (1 + gateReads) * n, is.OpClosest: n, is.OpDropPrefix: n}
+		pages := got[is.OpScanStable]
+		delete(got, is.OpScanStable)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("storage calls %v besides %d pages, want %v", got, pages, want)
+		}
+		t.Logf("%.2f calls per archived agent (%d pages): %v", float64(pages+3*n+gateReads*n)/n, pages, got)
+	})
+}
