@@ -197,10 +197,11 @@ func hexTag(bucket int) string {
 	return p[:len(p)-1]
 }
 
-// Scan is one SCAN call over the Redis keys of ns's indexes: cursor is Redis's own, 0 starts and a
-// returned 0 ends the walk. count is SCAN's COUNT hint, so a call may return more or fewer keys than
-// count, and a walk may repeat keys. It costs calls in proportion to every key of the database; it is
-// kept for parity with other stores and refuses a cluster, where SCAN reaches one node.
+// Scan is the backend's native paging over the keys of ns that start with prefix. On one node it is
+// one SCAN call: cursor is Redis's own, 0 starts and a returned 0 ends the walk; count is SCAN's COUNT
+// hint, so a call may return more or fewer keys than count, and a walk may repeat keys; it costs calls
+// in proportion to every key of the database. SCAN reaches one node of a cluster, so on a cluster Scan
+// pages through the index sets by position instead (scanSetsByPosition). A ring is refused.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
 		return 0, nil, err
@@ -208,8 +209,11 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if s.closed.Load() {
 		return 0, nil, is.ErrClosed
 	}
+	if s.cluster {
+		return s.scanSetsByPosition(ctx, ns, prefix, cursor, count)
+	}
 	if s.noScan {
-		return 0, nil, fmt.Errorf("redis %s %s: %w: SCAN reaches one node of a Redis Cluster or ring: use ScanStable", is.OpScan, ns, is.ErrInvalidArgument)
+		return 0, nil, fmt.Errorf("redis %s %s: %w: SCAN reaches one node of a ring: use ScanStable", is.OpScan, ns, is.ErrInvalidArgument)
 	}
 	// A namespace is made of [A-Za-z0-9/._-] only, none of them special in a pattern; '{', '}' and '|'
 	// are not special either.
@@ -227,6 +231,87 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 		}
 	}
 	return next, slices.Clip(out), nil
+}
+
+// Positions of scanSetsByPosition: the index sets of buckets 0..Buckets-1, then the unbucketed set.
+const (
+	unbucketedPos  = is.Buckets
+	positionsBatch = 256
+)
+
+// scanSetsByPosition is Scan on a cluster: a cursor is (set position << 32 | offset in that set),
+// 0 the start, and a call reads up to count keys from up to positionsBatch sets (LIMIT offset count),
+// so, like SCAN, it is positional: a key deleted behind the cursor shifts the keys after it.
+func (s *Store) scanSetsByPosition(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
+	r := is.PrefixRange(prefix)
+	lo, hi := is.RangeBuckets(r)
+	pos, off := int(cursor>>32), int64(cursor&0xffffffff)
+	if pos > unbucketedPos {
+		return 0, nil, fmt.Errorf("redis %s %s: %w: cursor %d is not one this backend hands out", is.OpScan, ns, is.ErrInvalidArgument, cursor)
+	}
+	if cursor == 0 {
+		pos = lo
+	}
+	if pos >= hi && pos < unbucketedPos {
+		pos, off = unbucketedPos, 0
+	}
+	zr := goredis.ZRangeBy{Min: "[" + prefix, Max: "+"}
+	if prefix == "" {
+		zr.Min = "-"
+	}
+	if r.Bounded() {
+		zr.Max = "(" + r.End
+	}
+	var keys []string
+	for len(keys) < count {
+		// The positions of this call: a batch of buckets, or the unbucketed set.
+		end := min(pos+positionsBatch, hi)
+		if pos >= hi {
+			end = pos + 1
+		}
+		pipe := s.client.Pipeline()
+		probes := make([]*goredis.StringSliceCmd, 0, end-pos)
+		for p := pos; p < end; p++ {
+			zb := zr
+			zb.Count = int64(count - len(keys))
+			if p == pos {
+				zb.Offset = off
+			}
+			tag := unbucketedTag
+			if p < unbucketedPos {
+				tag = hexTag(p)
+			}
+			probes = append(probes, pipe.ZRangeByLex(ctx, s.setKey(ns, tag), &zb))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, nil, fmt.Errorf("redis %s %s prefix %q: %w", is.OpScan, ns, prefix, classify(err))
+		}
+		for i, pr := range probes {
+			got, _ := pr.Result()
+			if p := pos + i; len(keys)+len(got) >= count {
+				take := count - len(keys)
+				keys = append(keys, got[:take]...)
+				start := int64(0)
+				if i == 0 {
+					start = off
+				}
+				return uint64(p)<<32 | uint64(start+int64(take)), keys, nil
+			}
+			keys = append(keys, got...)
+		}
+		pos, off = end, 0
+		if pos >= hi && pos < unbucketedPos {
+			pos = unbucketedPos
+		}
+		if pos > unbucketedPos {
+			return 0, keys, nil
+		}
+		if len(keys) == 0 {
+			// An empty call still moves: hand back where the next one starts.
+			return uint64(pos) << 32, keys, nil
+		}
+	}
+	return uint64(pos)<<32 | uint64(off), keys, nil
 }
 
 // escapeGlob escapes what a MATCH pattern treats specially, so the pattern matches s literally.
