@@ -60,7 +60,7 @@ type Store struct {
 	table  string
 	closed atomic.Bool
 
-	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlLast, sqlLastID, sqlDropBatch, sqlDelete string
+	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
 	// sqlKeys[strict][bounded][positional] pages through keys; see keysSQL.
 	sqlKeys [2][2][2]string
 }
@@ -128,6 +128,15 @@ func (s *Store) prepareSQL() {
 		SELECT id FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id <= $3 ORDER BY id LIMIT $4
 	), dropped AS (
 		DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id <= $3 AND id <= (SELECT max(id) FROM batch)
+		RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM dropped)`
+	// The common drop in one statement: everything ≤ upTo, unless more than $4 entries qualify, in
+	// which case it deletes nothing and says so (the first count is then $4+1).
+	s.sqlDropAll = `WITH batch AS (
+		SELECT id FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id <= $3 ORDER BY id LIMIT $4 + 1
+	), dropped AS (
+		DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id <= $3 AND (SELECT count(*) FROM batch) <= $4
 		RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM dropped)`
@@ -380,6 +389,12 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 		return 0, nil
 	}
 	bound := int64(min(upTo, is.MaxID))
+	// The usual drop (an archive step drops a chunk or a few) is the lock and one DELETE in one implicit
+	// transaction: one round trip, as Delete. Only a drop of more than dropBatch entries takes the
+	// batched transaction below.
+	if dropped, done, err := s.dropAll(ctx, ns, key, bound); err != nil || done {
+		return dropped, err
+	}
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
 	s.queueLock(&b, ns, key)
@@ -411,6 +426,27 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 		return 0, s.fail("drop prefix", err)
 	}
 	return uint64(total), nil
+}
+
+// dropAll runs the one-statement drop; done is false when more than dropBatch entries qualify, and then
+// nothing was dropped.
+func (s *Store) dropAll(ctx context.Context, ns, key string, bound int64) (dropped uint64, done bool, err error) {
+	var b pgx.Batch
+	s.queueLock(&b, ns, key)
+	b.Queue(s.sqlDropAll, ns, key, bound, dropBatch)
+	br := s.pool.SendBatch(ctx, &b)
+	var selected, n int64
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&selected, &n)
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return 0, false, s.fail("drop prefix", err)
+	}
+	return uint64(n), selected <= dropBatch, nil
 }
 
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
