@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +48,10 @@ const reservedConns = 2
 //
 //   - schema: the schema holding the table (default "public"; see Config.Schema);
 //   - max_concurrent_ops: how many operations run at once, an integer ≥ 1 (default: the pool's
-//     maximum connections, pool_max_conns, less 2, at least 1).
+//     maximum connections, pool_max_conns, less 2, at least 1). pool_max_conns itself defaults to
+//     DefaultPoolConns(0) here, at least 16, where pgx would take max(4, NumCPU): so the default
+//     max_concurrent_ops (14 and up) is above the sweep's default max_concurrency (4); a sidecar whose
+//     max_concurrency is higher raises both through EnsureConcurrency.
 //
 // A bad value is ErrInvalidArgument, naming the parameter.
 func Open(ctx context.Context, rawURL string) (is.Storage, error) {
@@ -59,6 +63,9 @@ func Open(ctx context.Context, rawURL string) (is.Storage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w: %v", is.ErrInvalidArgument, err)
 	}
+	if !hasParam(rawURL, "pool_max_conns") {
+		poolConfig.MaxConns = int32(DefaultPoolConns(0))
+	}
 	if maxOps == 0 {
 		maxOps = max(int(poolConfig.MaxConns)-reservedConns, 1)
 	}
@@ -67,6 +74,52 @@ func Open(ctx context.Context, rawURL string) (is.Storage, error) {
 		return nil, err
 	}
 	return is.Limit(store, maxOps), nil
+}
+
+// DefaultPoolConns is the pool size Open takes when the URL sets no pool_max_conns: 16, or the machine's
+// CPUs if more, or enough for minOps operations and the reserved connections.
+func DefaultPoolConns(minOps int) int {
+	return max(16, runtime.NumCPU(), minOps+reservedConns)
+}
+
+// EnsureConcurrency returns rawURL so that its default max_concurrent_ops is at least minOps (the
+// sweep's max_concurrency, whose archives would otherwise queue on their own store's slots): with no
+// pool_max_conns and no max_concurrent_ops it sets pool_max_conns to DefaultPoolConns(minOps); with a
+// pool_max_conns too small for minOps it sets max_concurrent_ops to minOps. What the URL sets
+// explicitly it leaves alone, as it does any URL that is not postgres:// or postgresql://.
+func EnsureConcurrency(rawURL string, minOps int) (string, error) {
+	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") ||
+		hasParam(rawURL, ParamMaxConcurrentOps) {
+		return rawURL, nil
+	}
+	sep := "?"
+	if strings.Contains(rawURL, "?") {
+		sep = "&"
+	}
+	if !hasParam(rawURL, "pool_max_conns") {
+		return rawURL + sep + "pool_max_conns=" + strconv.Itoa(DefaultPoolConns(minOps)), nil
+	}
+	conns, err := strconv.Atoi(paramValue(rawURL, "pool_max_conns"))
+	if err != nil {
+		return "", fmt.Errorf("postgres: %w: URL parameter pool_max_conns: %v", is.ErrInvalidArgument, err)
+	}
+	if conns-reservedConns < minOps {
+		return rawURL + sep + ParamMaxConcurrentOps + "=" + strconv.Itoa(minOps), nil
+	}
+	return rawURL, nil
+}
+
+// hasParam reports whether the URL's query names the parameter.
+func hasParam(rawURL, name string) bool {
+	_, rawQuery, _ := strings.Cut(rawURL, "?")
+	query, err := url.ParseQuery(rawQuery)
+	return err == nil && query.Has(name)
+}
+
+func paramValue(rawURL, name string) string {
+	_, rawQuery, _ := strings.Cut(rawURL, "?")
+	query, _ := url.ParseQuery(rawQuery)
+	return query.Get(name)
 }
 
 // splitURL removes this package's parameters from rawURL and returns what remains for pgx, the

@@ -9,11 +9,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/stratalog/strata/backends/postgres"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
+	"github.com/stratalog/strata/sweeper"
 )
 
 // withParams appends query parameters to a URL that may or may not have a query already.
@@ -71,10 +70,6 @@ func TestOpen_ReadsItsParametersAndPassesTheRestToPgx(t *testing.T) {
 func TestOpen_DefaultConcurrencyIsPoolSizeLessTwo(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	schema := testenv.PostgresSchema(t, url)
-	poolConfig, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		params []string
 		want   int
@@ -82,12 +77,49 @@ func TestOpen_DefaultConcurrencyIsPoolSizeLessTwo(t *testing.T) {
 		{[]string{"pool_max_conns=7"}, 5},
 		{[]string{"pool_max_conns=2"}, 1},
 		{[]string{"pool_max_conns=1"}, 1},
-		{nil, max(int(poolConfig.MaxConns)-2, 1)},
+		{nil, postgres.DefaultPoolConns(0) - 2},
 	} {
 		lim := openLimiter(t, withParams(url, append(c.params, "schema="+schema)...))
 		if got := lim.Stats().Limit; got != c.want {
 			t.Errorf("Open with %v: limit %d, want %d", c.params, got, c.want)
 		}
+	}
+}
+
+// The default max_concurrent_ops is never below the sweep's max_concurrency: the sweep's archives and
+// the executor share the slots.
+func TestOpen_DefaultConcurrencyIsAtLeastTheSweeps(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	schema := testenv.PostgresSchema(t, url)
+	if got := postgres.DefaultPoolConns(0) - 2; got < sweeper.DefaultMaxConcurrency {
+		t.Fatalf("default max_concurrent_ops %d is below the sweep's default max_concurrency %d", got, sweeper.DefaultMaxConcurrency)
+	}
+	for _, c := range []struct {
+		params  []string
+		minOps  int
+		atLeast int
+		exactly int // 0: any limit ≥ atLeast
+	}{
+		{nil, 64, 64, 64},
+		{nil, 4, 14, 0},
+		{[]string{"pool_max_conns=7"}, 64, 64, 64},
+		{[]string{"pool_max_conns=40"}, 8, 38, 38},
+		{[]string{"max_concurrent_ops=3"}, 64, 3, 3}, // what the URL sets explicitly stands
+	} {
+		ensured, err := postgres.EnsureConcurrency(withParams(url, append(c.params, "schema="+schema)...), c.minOps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := openLimiter(t, ensured)
+		if got := lim.Stats().Limit; got < c.atLeast || (c.exactly > 0 && got != c.exactly) {
+			t.Errorf("%v, max_concurrency %d: limit %d, want at least %d (exactly %d)", c.params, c.minOps, got, c.atLeast, c.exactly)
+		}
+	}
+	if _, err := postgres.EnsureConcurrency(url+"&pool_max_conns=many", 4); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("pool_max_conns=many: %v, want ErrInvalidArgument", err)
+	}
+	if got, _ := postgres.EnsureConcurrency("sqlite:///x.db", 64); got != "sqlite:///x.db" {
+		t.Fatalf("a sqlite URL was rewritten: %q", got)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends"
+	"github.com/stratalog/strata/backends/postgres"
 	"github.com/stratalog/strata/config"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/redact"
@@ -78,7 +79,13 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 		return nil, err
 	}
 
-	st, err := backends.Open(ctx, cfg.Storage.URL)
+	// The sweep's archives share the store's concurrency slots with the executor: a default below
+	// max_concurrency would queue the sweep on its own slots.
+	storageURL, err := postgres.EnsureConcurrency(cfg.Storage.URL, cfg.Sweep.MaxConcurrency)
+	if err != nil {
+		return nil, fmt.Errorf("storage.url: %w", redact.Error(err))
+	}
+	st, err := backends.Open(ctx, storageURL)
 	if err != nil {
 		return nil, fmt.Errorf("storage.url: %w", redact.Error(err))
 	}
