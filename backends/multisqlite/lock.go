@@ -126,6 +126,9 @@ func (s *Store) lockDir(ctx context.Context, ns, dir string, exclusive, create b
 			l.unlock()
 			return nil, fmt.Errorf("multisqlite: %w", err)
 		}
+		if s.hooks.locking != nil {
+			s.hooks.locking(ns, dir, exclusive)
+		}
 		if s.unsafeNoLock {
 			f.Close()
 			return l, nil

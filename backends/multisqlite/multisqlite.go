@@ -108,6 +108,9 @@ type Store struct {
 
 // hooks are test hooks; nil ones are skipped.
 type hooks struct {
+	// locking runs when an operation or a remover is about to take a directory's lock (after the
+	// in-process mutex, before flock).
+	locking func(ns, dir string, exclusive bool)
 	// checked runs in a per-index operation under the directory's shared lock, once the connection is
 	// known to be on the file the path names, before the operation itself.
 	checked func(op is.Operation, ns, key string)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
@@ -143,7 +144,7 @@ func (p *pool) openStore(ctx context.Context, path string, create bool) (*sqlite
 	opts.SingleConnection = true
 	// mode=rw keeps a read from recreating a file that something outside removed.
 	opts.MustExist = existed
-	st, err := sqlite.Open(ctx, path, opts)
+	st, err := openRetrying(ctx, path, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -157,6 +158,26 @@ func (p *pool) openStore(ctx context.Context, path string, create bool) (*sqlite
 		return nil, nil, fmt.Errorf("multisqlite: %w", err)
 	}
 	return st, id, nil
+}
+
+// openRetrying opens the file, retrying while it is busy: SQLite reports a file another process is
+// creating (switching it to WAL, writing its schema) as locked at once, without its busy handler. It
+// retries for as long as the busy timeout.
+func openRetrying(ctx context.Context, path string, opts sqlite.Options) (*sqlite.Store, error) {
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = sqlite.DefaultBusyTimeout
+	}
+	deadline := time.Now().Add(busy)
+	pause := time.Millisecond
+	for {
+		st, err := sqlite.Open(ctx, path, opts)
+		if err == nil || !is.IsTransient(err) || !time.Now().Before(deadline) {
+			return st, err
+		}
+		time.Sleep(min(pause, time.Until(deadline)))
+		pause = min(2*pause, 50*time.Millisecond)
+	}
 }
 
 // persistWAL makes closing the file's one connection leave its -wal (emptied: journal_size_limit 0)
