@@ -32,6 +32,7 @@ var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresq
 //	multisqlite:///abs/dir             one SQLite file per index under dir (multisqlite:relative/dir)
 //	postgres://user@host:5432/db?…     any libpq URL, plus schema= and max_concurrent_ops=
 //	redis://host:6379/0?prefix=…       one Redis node, keys under prefix
+//	redis+cluster://h:7000,h:7001/?prefix=…  a Redis Cluster (seed nodes comma-separated), keys under prefix
 //
 // An unknown scheme or a malformed URL is an error that says what was expected. No error echoes a
 // secret of the URL (a driver's may: it is redacted).
@@ -61,7 +62,7 @@ func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
 		return storage(multisqlite.Open(ctx, dir, multisqlite.Options{}))
 	case "postgres", "postgresql":
 		return postgres.Open(ctx, rawURL)
-	case "redis":
+	case "redis", "redis+cluster":
 		return storage(redis.Open(ctx, rawURL))
 	}
 	return nil, unknownScheme("storage", rawURL, u.Scheme, Schemes)

@@ -1,6 +1,7 @@
 // Package backendtest opens every storage backend for cross-backend tests: memory, SQLite,
-// multi-file SQLite, PostgreSQL and Redis, each fresh and isolated (its own file, directory, schema or
-// key prefix). PostgreSQL and Redis skip, or fail under CI=true, without their URL (internal/testenv).
+// multi-file SQLite, PostgreSQL, Redis and Redis Cluster, each fresh and isolated (its own file,
+// directory, schema or key prefix). PostgreSQL, Redis and Redis Cluster skip, or fail under CI=true,
+// without their URL (internal/testenv).
 package backendtest
 
 import (
@@ -30,7 +31,7 @@ type Backend struct {
 
 // All lists every backend.
 func All() []Backend {
-	return []Backend{Memory(), SQLite(), MultiSQLite(), Postgres(), Redis()}
+	return []Backend{Memory(), SQLite(), MultiSQLite(), Postgres(), Redis(), RedisCluster()}
 }
 
 // Each runs fn as a subtest per backend.
@@ -125,6 +126,25 @@ func Redis() Backend {
 	}
 }
 
+// RedisCluster is Redis on a Redis Cluster (STRATA_TEST_REDIS_CLUSTER_URL), each Open a key prefix of
+// its own.
+func RedisCluster() Backend {
+	open := func(tb testing.TB, prefix string) is.Storage {
+		st, err := redis.Open(tb.Context(), testenv.WithQuery(tb, testenv.RedisClusterURL(tb), redis.PrefixParam, prefix))
+		if err != nil {
+			tb.Fatalf("redis cluster: %v", err)
+		}
+		return closing(tb, st)
+	}
+	return Backend{
+		Name: "redis-cluster",
+		Open: func(tb testing.TB) is.Storage {
+			return open(tb, testenv.RedisClusterPrefix(tb, testenv.RedisClusterURL(tb)))
+		},
+		Reopen: func(tb testing.TB, st is.Storage) is.Storage { return open(tb, st.(*redis.Store).KeyPrefix()) },
+	}
+}
+
 // URL returns the URL backends.Open takes to reach st, storage this package opened, from another
 // process (the strata binary, a second sidecar): the same SQLite file, PostgreSQL schema or Redis key
 // prefix. Memory and multi-file SQLite are not shared this way here.
@@ -136,6 +156,9 @@ func URL(tb testing.TB, st is.Storage) string {
 	case *postgres.Store:
 		return testenv.WithQuery(tb, testenv.PostgresURL(tb), "schema", st.Schema())
 	case *redis.Store:
+		if st.IsCluster() {
+			return testenv.WithQuery(tb, testenv.RedisClusterURL(tb), redis.PrefixParam, st.KeyPrefix())
+		}
 		return testenv.WithQuery(tb, testenv.RedisURL(tb), redis.PrefixParam, st.KeyPrefix())
 	}
 	tb.Fatalf("backendtest.URL: no URL for %T", st)
