@@ -4,8 +4,11 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -68,6 +71,8 @@ func RedisClusterPrefix(tb testing.TB, raw string) string {
 	tb.Helper()
 	prefix := UniqueName("strata-test-") + ":"
 	nodes := RedisClusterNodes(tb, raw)
+	release := clusterLock(tb, false)
+	tb.Cleanup(release) // after the keys are gone: cleanups run last-registered first
 	tb.Cleanup(func() {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: nodes})
 		defer c.Close()
@@ -108,6 +113,62 @@ func RedisClusterPrefix(tb testing.TB, raw string) string {
 		}
 	})
 	return prefix
+}
+
+// RedisClusterExclusive holds the test cluster alone until the test ends, for a test that moves slots
+// or fails a master over: it waits for every test of every process that holds a prefix on the cluster
+// (RedisClusterPrefix) to end, and keeps new ones from starting, so that their writes never meet a
+// migration or a failover they were not written for. Call it before RedisClusterPrefix.
+func RedisClusterExclusive(tb testing.TB) {
+	tb.Helper()
+	tb.Cleanup(clusterLock(tb, true))
+}
+
+// clusterLock takes the cluster lock shared or exclusive, with a turnstile: an exclusive taker holds
+// the turnstile while it waits, so shared takers that come after it queue behind it instead of starving
+// it. Both are flocks on files in the temporary directory, released when the process exits.
+func clusterLock(tb testing.TB, exclusive bool) (release func()) {
+	tb.Helper()
+	open := func(name string) *os.File {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), name), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			tb.Fatalf("%s: %v", RedisClusterEnv, err)
+		}
+		return f
+	}
+	lock := func(f *os.File, how int) {
+		if err := syscall.Flock(int(f.Fd()), how); err != nil {
+			tb.Fatalf("%s: flock %s: %v", RedisClusterEnv, f.Name(), err)
+		}
+	}
+	clusterExclusive.Lock()
+	defer clusterExclusive.Unlock()
+	if !exclusive && clusterExclusive.held > 0 {
+		// This process holds the cluster alone: its own test's prefixes go ahead (a second flock of
+		// the same file by the same process would wait for itself).
+		return func() {}
+	}
+	turn, main := open("strata-test-redis-cluster.turnstile"), open("strata-test-redis-cluster.lock")
+	lock(turn, syscall.LOCK_EX)
+	if exclusive {
+		lock(main, syscall.LOCK_EX)
+		clusterExclusive.held++
+		return func() {
+			clusterExclusive.Lock()
+			defer clusterExclusive.Unlock()
+			clusterExclusive.held--
+			turn.Close()
+			main.Close()
+		}
+	}
+	lock(main, syscall.LOCK_SH)
+	turn.Close()
+	return func() { main.Close() }
+}
+
+var clusterExclusive struct {
+	sync.Mutex
+	held int
 }
 
 func isLoopbackIP(host string) bool {
