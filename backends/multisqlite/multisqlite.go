@@ -184,6 +184,9 @@ func (s *Store) BucketDir(ns string, b int) string {
 	return filepath.Join(s.NamespaceDir(ns), bucketDir(b))
 }
 
+// FilePath returns where the file of the index (ns, key) is, or would be (docs/multisqlite.md).
+func (s *Store) FilePath(ns, key string) string { return s.filePath(ns, key) }
+
 // filePath is where the file of (ns, key) is, or would be.
 func (s *Store) filePath(ns, key string) string {
 	return s.path(ns, locate(ns, key))

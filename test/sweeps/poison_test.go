@@ -30,15 +30,30 @@ func TestSweep_APoisonedKeyDoesNotStallTheRoute(t *testing.T) {
 		poison  func(t *testing.T, st is.Storage) (where string)
 	}{
 		{backendtest.MultiSQLite(), func(t *testing.T, st is.Storage) string {
-			dir := st.(*multisqlite.Store).NamespaceDir(level1)
+			// A file named like the backend's files for a key too long to name one (a hash, which a walk
+			// must open to learn its key), in a bucket in the middle of the walk's range.
+			dir := st.(*multisqlite.Store).BucketDir(level1, is.Buckets/2)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			name := strings.Repeat("7f", 32) + ".db" // named like the backend's files, in the middle of their order
+			name := "h" + strings.Repeat("7f", 32) + ".db"
 			if err := os.WriteFile(filepath.Join(dir, name), []byte("this is not a SQLite database, though it is named like one"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			return name
+		}},
+		{backendtest.MultiSQLite(), func(t *testing.T, st is.Storage) string {
+			// The file of an agent's key, named by the key, holding garbage: a walk hands the key back
+			// without opening it, and its reads fail.
+			key := oplogtest.AgentNamed("poisoned").StoredKey()
+			path := st.(*multisqlite.Store).FilePath(level1, key)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte("this is not a SQLite database, though it is named like one"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return key
 		}},
 		{backendtest.Redis(), func(t *testing.T, st is.Storage) string {
 			rs := st.(*redis.Store)
