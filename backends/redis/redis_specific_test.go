@@ -363,18 +363,23 @@ func scanAll(t *testing.T, st *redis.Store, count int) []string {
 	return slices.Compact(keys)
 }
 
-// SCAN reaches one node of a cluster, so Scan refuses a cluster client; ScanStable walks index sets,
-// which a cluster serves like one node, and fails here only as the closed port does.
-func TestScanOnClusterClientIsRefused(t *testing.T) {
+// On a cluster both walks read the index sets (Scan by position), so against a closed port they fail
+// only as it does; a ring, whose SCAN reaches one shard, is refused Scan.
+func TestScanOnClusterClientAndRing(t *testing.T) {
 	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{closedPort(t)}, MaxRetries: -1})
 	defer client.Close()
 	st := redis.New(client, "p:")
 	ctx := context.Background()
-	if _, _, err := st.Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrInvalidArgument) {
-		t.Fatalf("Scan on a cluster client: %v, want ErrInvalidArgument", err)
+	if _, _, err := st.Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrTransient) {
+		t.Fatalf("Scan on a cluster client against a closed port: %v, want ErrTransient", err)
 	}
 	if _, err := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10); !errors.Is(err, is.ErrTransient) {
 		t.Fatalf("ScanStable on a cluster client against a closed port: %v, want ErrTransient", err)
+	}
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": closedPort(t)}})
+	defer ring.Close()
+	if _, _, err := redis.New(ring, "p:").Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("Scan on a ring: %v, want ErrInvalidArgument", err)
 	}
 }
 
