@@ -48,6 +48,9 @@ var (
 // entry. A corrupt or hostile frame that claims or produces more is refused.
 const maxBody = oplog.MaxChunkBytes + oplog.MaxChunkEntries*binary.MaxVarintLen64
 
+// smallBody is the least first guess at the size of a body whose frame states none.
+const smallBody = 4 << 10
+
 // EncodeChunk encodes contiguous entries as one chunk.
 func EncodeChunk(entries []oplog.Entry) ([]byte, error) {
 	if len(entries) == 0 || len(entries) > oplog.MaxChunkEntries {
@@ -118,6 +121,19 @@ func decodeBody(body []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w: body: the frame states %d bytes of content, a chunk holds at most %d", ErrCorruptChunk, hdr.FrameContentSize, maxBody)
 		}
 		size = hdr.FrameContentSize
+	}
+	if !hdr.HasFCS {
+		// No stated size (klauspost writes none for a body under a few hundred bytes, a streaming
+		// encoder never does): a first try in a buffer of a guessed size, and the whole bound only for
+		// a body that outgrows it, so that the common small chunk does not cost a zeroed 4 MiB.
+		guess := min(maxBody, max(smallBody, 16*len(body)))
+		raw, err := decoder.DecodeAll(body, make([]byte, 0, guess))
+		if err == nil {
+			return raw, nil
+		}
+		// Any failure is tried again with the whole bound: a body that outgrows the guess fails in
+		// more ways than ErrDecoderSizeExceeded (a block larger than what is left), and a corrupt one
+		// fails the second try too.
 	}
 	raw, err := decoder.DecodeAll(body, make([]byte, 0, size))
 	if err != nil {

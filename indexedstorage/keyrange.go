@@ -81,7 +81,11 @@ const BucketPrefixLen = bucketDigits + 1
 // a '/' ("0a5b/" for 2651). Fixed width, so byte order is bucket order. BucketPrefix(Buckets), "4000/",
 // is the bound above every bucket.
 func BucketPrefix(bucket int) string {
-	return fmt.Sprintf("%0*x/", bucketDigits, bucket)
+	if bucket < 0 || bucket > Buckets {
+		return fmt.Sprintf("%0*x/", bucketDigits, bucket) // not a bucket; whatever it prints
+	}
+	const hex = "0123456789abcdef"
+	return string([]byte{hex[bucket>>12&15], hex[bucket>>8&15], hex[bucket>>4&15], hex[bucket&15], '/'})
 }
 
 // BucketsRange is the key range of the buckets [lo, hi): from BucketPrefix(lo) to BucketPrefix(hi).
