@@ -5,7 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/fsblob"
+	"github.com/stratalog/strata/backends/memory"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/oplogtest"
 )
@@ -80,4 +84,76 @@ func BenchmarkSweepStranded(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSweepStrandedBesideRaw: per backend and blob store, 10,000 stranded agents drained by the
+// sweep (default budgets, ticks back to back, both passes of the gate) and then 10,000 more by
+// oplogtest.RawArchive at the same concurrency, in one run on the same store: agents/s of each, their
+// ratio, and the indexed-storage calls per archived agent of each.
+func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
+	blobStores := []struct {
+		name string
+		open func(b *testing.B) archive.BlobStore
+	}{
+		{"memblobs", func(*testing.B) archive.BlobStore { return memory.NewBlobStore() }},
+		{"fsblobs", func(b *testing.B) archive.BlobStore {
+			fs, err := fsblob.Open(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			return fs
+		}},
+	}
+	for _, be := range backendtest.All() {
+		for _, bs := range blobStores {
+			b.Run(be.Name+"/"+bs.name, func(b *testing.B) {
+				cfg := oplogtest.SweepConfig()
+				for i := 0; b.Loop(); i++ {
+					var calls oplogtest.CallCounter
+					st := be.Open(b)
+					blobs := bs.open(b)
+					r := oplogtest.NewSweepRigOn(b, oplogtest.NewLayers(b, calls.Wrap(st), blobs), cfg)
+					agents := r.StrandAgents(b, fmt.Sprint("sweep-", i), benchAgents, 3)
+					calls.Reset()
+					start, ticks := time.Now(), 0
+					for r.Drained.Load() < benchAgents {
+						r.Sweeper.SweepOnce(b.Context())
+						if ticks++; ticks > 1000 {
+							b.Fatal("not drained after 1000 ticks")
+						}
+					}
+					sweepTime, sweepCalls := time.Since(start), total(calls.Reset())
+					if n := r.StrandedCount(b, agents); n != 0 {
+						b.Fatalf("%d agents left", n)
+					}
+
+					r.StrandAgents(b, fmt.Sprint("raw-", i), benchAgents, 3)
+					calls.Reset()
+					start = time.Now()
+					n, err := oplogtest.RawArchive(b.Context(), r.St, blobs, oplog.CompressedNamespace(oplog.Ephemeral, 1), cfg.MaxConcurrency, cfg.PageSize)
+					rawTime, rawCalls := time.Since(start), total(calls.Reset())
+					if err != nil || n != benchAgents {
+						b.Fatalf("raw archiver: %d agents, %v", n, err)
+					}
+					if page, err := st.ScanStable(b.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), is.AllKeys, is.Resume{}, 1); err != nil || len(page.Keys) > 0 {
+						b.Fatalf("the raw archiver left %q, %v", page.Keys, err)
+					}
+					sweepRate, rawRate := benchAgents/sweepTime.Seconds(), benchAgents/rawTime.Seconds()
+					b.ReportMetric(sweepRate, "sweep-agents/s")
+					b.ReportMetric(rawRate, "raw-agents/s")
+					b.ReportMetric(sweepRate/rawRate, "sweep/raw")
+					b.ReportMetric(float64(sweepCalls)/benchAgents, "sweep-calls/agent")
+					b.ReportMetric(float64(rawCalls)/benchAgents, "raw-calls/agent")
+				}
+			})
+		}
+	}
+}
+
+func total(calls map[is.Operation]int) int {
+	n := 0
+	for _, c := range calls {
+		n += c
+	}
+	return n
 }
