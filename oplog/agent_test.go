@@ -2,6 +2,8 @@ package oplog_test
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -68,6 +70,29 @@ func TestCoalesceBuckets(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}
+
+// The stored-key table of docs/storage-format.md, which executors in other languages check themselves
+// against, is what StoredKey makes.
+func TestStoredKey_MatchesTheDocumentedTable(t *testing.T) {
+	doc, err := os.ReadFile("../docs/storage-format.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^  \\| `([^`]+)` \\| `([0-9a-f]{4}/[^`]+)` \\|$")
+	rows := row.FindAllStringSubmatch(string(doc), -1)
+	if len(rows) < 5 {
+		t.Fatalf("found %d rows of the stored-key table", len(rows))
+	}
+	for _, r := range rows {
+		a, err := oplog.ParseAgentKey(r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.StoredKey(); got != r[2] {
+			t.Errorf("%q: stored key %q, the document says %q", r[1], got, r[2])
 		}
 	}
 }
