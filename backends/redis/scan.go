@@ -59,10 +59,47 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if err != nil {
 		return is.Page{}, fmt.Errorf("redis %s %s %v: %w", is.OpScanStable, ns, r, classify(err))
 	}
-	if done {
-		return is.Page{Keys: keys, Done: true}, nil
+	page := is.Page{Done: true}
+	if !done {
+		// The marker is the last key of the merge, whether or not lastIDs keeps it.
+		page = is.Page{Next: is.MarkerResume(keys[len(keys)-1])}
 	}
-	return is.Page{Keys: keys, Next: is.MarkerResume(keys[len(keys)-1])}, nil
+	page.Keys, page.LastIDs = s.lastIDs(ctx, ns, keys)
+	return page, nil
+}
+
+// lastIDs reads the last id of each of a page's keys in one pipeline (the id-only script on each
+// index) and returns the keys that still exist with their ids. A key whose index went between the
+// index set's read and this one is left out of the page, as a walk may leave out a key deleted during
+// it. If any read fails (an index another writer replaced with a value of another type, a connection
+// lost), the page goes without ids, all its keys kept: ids are an optimisation, and the caller reads
+// each index itself and meets the failure there.
+func (s *Store) lastIDs(ctx context.Context, ns string, keys []string) ([]string, []uint64) {
+	if len(keys) == 0 {
+		return keys, nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*goredis.Cmd, len(keys))
+	for i, k := range keys {
+		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT; Redis caches the script by its
+		// digest either way.
+		cmds[i] = lastIDScript.Eval(ctx, pipe, []string{s.RedisKey(ns, k)})
+	}
+	_, _ = pipe.Exec(ctx)
+	kept := keys[:0:0]
+	ids := make([]uint64, 0, len(keys))
+	for i, c := range cmds {
+		b, err := c.Text()
+		switch {
+		case errors.Is(err, goredis.Nil):
+			continue // gone since the index set listed it
+		case err != nil || len(b) != idLen:
+			return keys, nil
+		}
+		kept = append(kept, keys[i])
+		ids = append(ids, decodeID(b))
+	}
+	return kept, ids
 }
 
 // scanSets returns the count smallest keys of ns within zr (whose bounds are rest's) and whether they
