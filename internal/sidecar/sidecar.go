@@ -106,6 +106,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 	if s.stack, err = BuildStack(s.storage, s.blobs, cfg.Stack.CompressedLevels); err != nil {
 		return nil, err
 	}
+	s.checkLayout(ctx, cfg.Stack.CompressedLevels)
 	s.feed = newFeed(cfg.Residency.TTL, s.now)
 	if s.sweeper, err = sweeper.New(cfg.SweeperConfig(), s.stack, sweeper.Options{
 		Residency:        s.feed.isResident,
@@ -143,6 +144,51 @@ func (s *Sidecar) checkStores(ctx context.Context) {
 	if _, err := s.blobs.List(ctx, "strata-startup/"); err != nil {
 		s.log.Warn("blob store does not answer at start-up", "err", err)
 	}
+}
+
+// checkLayout looks, once at start-up, for keys of the layout before buckets in the namespaces the
+// stack keeps: they are never swept or read, and an operator must drain them with the release that
+// wrote them. A store that does not answer was logged by checkStores already.
+func (s *Sidecar) checkLayout(ctx context.Context, levels int) {
+	ctx, cancel := context.WithTimeout(ctx, startupCheckTimeout)
+	defer cancel()
+	var namespaces []string
+	for _, m := range oplog.Modes {
+		namespaces = append(namespaces, oplog.PrimaryNamespace(m))
+		for l := 1; l <= levels; l++ {
+			namespaces = append(namespaces, oplog.CompressedNamespace(m, l))
+		}
+	}
+	if ns, key, found, err := UnbucketedKey(ctx, s.storage, namespaces); err == nil && found {
+		s.log.Error("storage holds keys without a bucket prefix, of the layout before buckets (DESIGN §11): strata never "+
+			"reads or sweeps them; drain them with the release that wrote them (strata once), see docs/storage-format.md",
+			"namespace", ns, "key", key)
+	}
+}
+
+// UnbucketedKey returns the first key of the namespaces that sorts outside every bucket's range (below
+// "0000/" or at "4000/" and above): a key no agent of the bucketed layout is stored under. Keys inside
+// the range that still lack a prefix are the sweep's unparseable ones, met as it walks.
+func UnbucketedKey(ctx context.Context, st is.Storage, namespaces []string) (ns, key string, found bool, err error) {
+	outside := []is.KeyRange{{End: is.BucketPrefix(0)}, {Start: is.BucketPrefix(is.Buckets)}}
+	for _, ns := range namespaces {
+		for _, r := range outside {
+			for from := (is.Resume{}); ; {
+				page, err := st.ScanStable(ctx, ns, r, from, 1)
+				if err != nil {
+					return "", "", false, err
+				}
+				if len(page.Keys) > 0 {
+					return ns, page.Keys[0], true, nil
+				}
+				if page.Done {
+					break
+				}
+				from = page.Next
+			}
+		}
+	}
+	return "", "", false, nil
 }
 
 // BuildStack is the default stack: the primary, levels compressed levels, and blob level 0.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/config"
 	"github.com/stratalog/strata/oplog"
 )
@@ -278,5 +279,29 @@ func TestAPI_MetricsShowWhatTheSweepArchived(t *testing.T) {
 	}
 	if !regexp.MustCompile(`route="ephemeral-l1"`).MatchString(text) {
 		t.Fatal("outcomes are not labelled by route")
+	}
+}
+
+func TestUnbucketedKey_FindsKeysOfTheLayoutBeforeBuckets(t *testing.T) {
+	st := memory.New()
+	ns := oplog.CompressedNamespace(oplog.Ephemeral, 1)
+	agent := oplog.AgentID{Component: "c", Name: "a"}
+	if err := st.Append(t.Context(), ns, agent.StoredKey(), 1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if ns, key, found, err := UnbucketedKey(t.Context(), st, []string{ns}); err != nil || found {
+		t.Fatalf("a bucketed store: %q %q %v %v", ns, key, found, err)
+	}
+	for _, legacy := range []string{"c:a", "zz:top", "4000/x:y"} {
+		if err := st.Append(t.Context(), oplog.PrimaryNamespace(oplog.Durable), legacy, 1, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		got, key, found, err := UnbucketedKey(t.Context(), st, []string{ns, oplog.PrimaryNamespace(oplog.Durable)})
+		if err != nil || !found || got != oplog.PrimaryNamespace(oplog.Durable) || key != legacy {
+			t.Fatalf("%q: %q %q %v %v", legacy, got, key, found, err)
+		}
+		if err := st.Delete(t.Context(), oplog.PrimaryNamespace(oplog.Durable), legacy); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
