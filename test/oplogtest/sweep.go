@@ -40,9 +40,10 @@ func (c *CallCounter) Reset() map[is.Operation]int {
 // sweepRig is a sweeper over a default stack on some storage, owning the single shard.
 type SweepRig struct {
 	*Layers
-	Sweeper  *sweeper.Sweeper
-	Resident sync.Map // oplog.AgentID → bool
-	Drained  atomic.Int64
+	Sweeper     *sweeper.Sweeper
+	Resident    sync.Map    // oplog.AgentID → bool
+	AllResident atomic.Bool // every agent is resident, whatever Resident holds
+	Drained     atomic.Int64
 }
 
 func NewSweepRig(t testing.TB, st is.Storage, cfg sweeper.Config) *SweepRig {
@@ -53,10 +54,20 @@ func NewSweepRig(t testing.TB, st is.Storage, cfg sweeper.Config) *SweepRig {
 // NewSweepRigOn is NewSweepRig over layers the test already has.
 func NewSweepRigOn(t testing.TB, l *Layers, cfg sweeper.Config) *SweepRig {
 	t.Helper()
+	return NewSweepRigOwning(t, l, cfg, sweeper.Assignment{ShardCount: 1, Shards: []int{0}})
+}
+
+// NewSweepRigOwning is NewSweepRigOn with the shards of assign instead of the single one: one of a
+// fleet of sidecars over the same storage.
+func NewSweepRigOwning(t testing.TB, l *Layers, cfg sweeper.Config, assign sweeper.Assignment) *SweepRig {
+	t.Helper()
 	r := &SweepRig{Layers: l}
 	sw, err := sweeper.New(cfg, r.Stack, sweeper.Options{
-		Residency: func(a oplog.AgentID) bool { _, ok := r.Resident.Load(a); return ok },
-		Shards:    func() (sweeper.Assignment, bool) { return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true },
+		Residency: func(a oplog.AgentID) bool {
+			_, ok := r.Resident.Load(a)
+			return ok || r.AllResident.Load()
+		},
+		Shards:    func() (sweeper.Assignment, bool) { return assign, true },
 		OnDrained: func(oplog.AgentID, oplog.Mode) { r.Drained.Add(1) },
 	})
 	if err != nil {

@@ -149,11 +149,3 @@ func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
 		}
 	}
 }
-
-func total(calls map[is.Operation]int) int {
-	n := 0
-	for _, c := range calls {
-		n += c
-	}
-	return n
-}
