@@ -317,11 +317,13 @@ func (s *Store) remove(ctx context.Context, ns, key string, patience time.Durati
 		s.hooks.removing(ns, key)
 	}
 	lk, err := s.lockDir(ctx, ns, loc.dir, true, false, patience)
-	if errors.Is(err, errBusy) || lk == nil {
+	switch {
+	case errors.Is(err, errBusy):
 		return nil
-	}
-	if err != nil {
+	case err != nil:
 		return err
+	case lk == nil:
+		return nil // the directory is gone, and the file with it
 	}
 	defer lk.unlock()
 	path := s.path(ns, loc)
