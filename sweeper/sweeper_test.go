@@ -12,6 +12,7 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/memory"
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 )
@@ -729,5 +730,32 @@ func TestSweep_ScanReadsAKeysLastIndexAtMaxConcurrency(t *testing.T) {
 	defer mu.Unlock()
 	if most != cfg.MaxConcurrency {
 		t.Fatalf("at most %d reads in flight during the scan, want max_concurrency = %d", most, cfg.MaxConcurrency)
+	}
+}
+
+// A key in the walked range whose bucket prefix is not its agent's (a writer that hashed differently)
+// is unparseable: counted, never read, never archived, its entries left where they are.
+func TestSweep_AKeyWithAnotherBucketsPrefixIsUnparseableAndNeverArchived(t *testing.T) {
+	e := newEnv(t, config())
+	a := agent("misplaced")
+	wrong := is.BucketPrefix((a.Bucket()+1)%is.Buckets) + a.Key()
+	chunk, err := archive.EncodeChunk([]oplog.Entry{{Index: 1, Payload: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := oplog.CompressedNamespace(oplog.Ephemeral, 1)
+	if err := e.st.Storage.Append(t.Context(), ns, wrong, 1, chunk); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if rep := e.tick(); rep.Outcomes[sweeper.OutcomeUnparseable] != 1 || rep.Outcomes[sweeper.OutcomeArchived] != 0 {
+			t.Fatalf("outcomes %+v", rep.Outcomes)
+		}
+	}
+	if n := e.st.lasts[wrong]; n != 0 {
+		t.Fatalf("the misplaced key was read %d times", n)
+	}
+	if ok, err := e.st.Storage.Exists(t.Context(), ns, wrong); err != nil || !ok {
+		t.Fatalf("the misplaced key's entries are gone: %v %v", ok, err)
 	}
 }
