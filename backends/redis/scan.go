@@ -68,36 +68,70 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	return page, nil
 }
 
-// lastIDs reads the last id of each of a page's keys in one pipeline (the id-only script on each
-// index) and returns the keys that still exist with their ids. A key whose index went between the
-// index set's read and this one is left out of the page, as a walk may leave out a key deleted during
-// it. If any read fails (an index another writer replaced with a value of another type, a connection
-// lost), the page goes without ids, all its keys kept: ids are an optimisation, and the caller reads
-// each index itself and meets the failure there.
+// lastIDsScript returns the id bytes of each index's greatest member (false for an index that does
+// not exist). KEYS: indexes of one tag, so of one slot.
+var lastIDsScript = goredis.NewScript(`
+local out = {}
+for i, k in ipairs(KEYS) do
+  local m = redis.call('ZRANGE', k, -1, -1)
+  if #m == 0 then out[i] = false else out[i] = string.sub(m[1], 1, 8) end
+end
+return out
+`)
+
+// lastIDs reads the last id of each of a page's keys in one pipeline: one script per tag (the keys of
+// one bucket, or the unbucketed ones, share a slot), which reads each index's last member and returns
+// its 8 id bytes only. It returns the keys that still exist with their ids. A key whose index went
+// between the index set's read and this one is left out of the page, as a walk may leave out a key
+// deleted during it. If any read fails (an index another writer replaced with a value of another type,
+// a connection lost), the page goes without ids, all its keys kept: ids are an optimisation, and the
+// caller reads each index itself and meets the failure there.
 func (s *Store) lastIDs(ctx context.Context, ns string, keys []string) ([]string, []uint64) {
 	if len(keys) == 0 {
 		return keys, nil
 	}
+	// Runs of one tag: a page is in key order, so a bucket's keys are consecutive; unbucketed keys
+	// interleave with them and make runs of their own.
+	type run struct {
+		start, end int
+		cmd        *goredis.Cmd
+	}
+	var runs []run
 	pipe := s.client.Pipeline()
-	cmds := make([]*goredis.Cmd, len(keys))
-	for i, k := range keys {
+	for i := 0; i < len(keys); {
+		tag := tagID(keys[i])
+		j := i + 1
+		for j < len(keys) && tagID(keys[j]) == tag {
+			j++
+		}
+		data := make([]string, 0, j-i)
+		for _, k := range keys[i:j] {
+			data = append(data, s.RedisKey(ns, k))
+		}
 		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT; Redis caches the script by its
 		// digest either way.
-		cmds[i] = lastIDScript.Eval(ctx, pipe, []string{s.RedisKey(ns, k)})
+		runs = append(runs, run{start: i, end: j, cmd: lastIDsScript.Eval(ctx, pipe, data)})
+		i = j
 	}
 	_, _ = pipe.Exec(ctx)
-	kept := keys[:0:0]
+	kept := make([]string, 0, len(keys))
 	ids := make([]uint64, 0, len(keys))
-	for i, c := range cmds {
-		b, err := c.Text()
-		switch {
-		case errors.Is(err, goredis.Nil):
-			continue // gone since the index set listed it
-		case err != nil || len(b) != idLen:
+	for _, r := range runs {
+		vals, err := r.cmd.Slice()
+		if err != nil || len(vals) != r.end-r.start {
 			return keys, nil
 		}
-		kept = append(kept, keys[i])
-		ids = append(ids, decodeID(b))
+		for i, v := range vals {
+			if v == nil {
+				continue // gone since the index set listed it
+			}
+			b, ok := v.(string)
+			if !ok || len(b) != idLen {
+				return keys, nil
+			}
+			kept = append(kept, keys[r.start+i])
+			ids = append(ids, decodeID(b))
+		}
 	}
 	return kept, ids
 }
