@@ -79,11 +79,11 @@ func TestBinary_SweepOnceArchivesPastACorruptFileNamesItAndFails(t *testing.T) {
 	m := newMultiSQLite(t)
 	stack, st := m.open(t)
 	agents := strandAgents(t, stack, n, entries)
-	// A file named like the backend's index files (64 lowercase hex digits and .db) in the level's
-	// namespace directory, in the middle of the walk's order, holding garbage.
-	bad := strings.Repeat("7f", 32) + ".db"
-	nsDir := st.NamespaceDir(oplog.CompressedNamespace(oplog.Ephemeral, 1))
-	if err := os.WriteFile(filepath.Join(nsDir, bad), bytes.Repeat([]byte("not a SQLite database\n"), 200), 0o644); err != nil {
+	// A file named like the backend's files of long keys ('h', 64 lowercase hex digits, .db), whose key
+	// only its content tells, in the bucket directory of an agent the walk meets, holding garbage.
+	bad := "h" + strings.Repeat("7f", 32) + ".db"
+	dir := st.BucketDir(oplog.CompressedNamespace(oplog.Ephemeral, 1), agents[n/2].Bucket())
+	if err := os.WriteFile(filepath.Join(dir, bad), bytes.Repeat([]byte("not a SQLite database\n"), 200), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
