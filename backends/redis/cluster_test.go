@@ -589,3 +589,32 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatalf("deleted index: exists %v %v", ok, err)
 	}
 }
+
+// A server that refuses INFO (an ACL without it) is opened: the cluster check is skipped, not failed.
+func TestOpen_ServerThatRefusesInfoOpens(t *testing.T) {
+	raw := testenv.RedisURL(t)
+	opts, err := goredis.ParseURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := goredis.NewClient(opts)
+	defer admin.Close()
+	ctx := t.Context()
+	user := testenv.UniqueName("strata-test-noinfo-")
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	u := strings.Replace(raw, "redis://", "redis://"+user+":pw@", 1)
+	st, err := redis.Open(ctx, testenv.WithQuery(t, u, redis.PrefixParam, testenv.RedisPrefix(t, raw)))
+	if err != nil {
+		t.Fatalf("Open as a user without INFO: %v", err)
+	}
+	defer st.Close()
+	if err := st.Client().Info(ctx, "cluster").Err(); err == nil {
+		t.Fatal("the user may run INFO: the test tests nothing")
+	}
+	if err := st.Append(ctx, ns, "k", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -87,7 +87,13 @@ func (s *Store) check(ctx context.Context, cluster bool) error {
 	}
 	if !cluster {
 		info, err := s.client.Info(ctx, "cluster").Result()
-		if err != nil {
+		var reply goredis.Error
+		switch {
+		case errors.As(err, &reply):
+			// A server that refuses INFO (an ACL without it, a proxy) is no cluster node this client
+			// could tell; a cluster node would answer MOVED to the first write, classified transient.
+			info = ""
+		case err != nil:
 			return classify(err)
 		}
 		if strings.Contains(info, "cluster_enabled:1") {
