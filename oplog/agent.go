@@ -102,11 +102,18 @@ func ParseStoredKey(key string) (AgentID, error) {
 	if !ok {
 		return AgentID{}, fmt.Errorf("%w: stored key %q does not start with a bucket prefix (four hex digits and '/')", ErrInvalidAgent, key)
 	}
-	a, err := ParseAgentKey(key[is.BucketPrefixLen:])
-	if err != nil {
+	// Checked as it is stored, once: the parts below are then valid text too.
+	if err := is.ValidateKey(key); err != nil {
+		return AgentID{}, fmt.Errorf("%w: stored key: %v", ErrInvalidAgent, err)
+	}
+	rest := key[is.BucketPrefixLen:]
+	component, name, ok := strings.Cut(rest, ":")
+	if !ok || component == "" || name == "" {
+		_, err := ParseAgentKey(rest) // says which part is missing
 		return AgentID{}, fmt.Errorf("stored key %q: %w", key, err)
 	}
-	if b := a.Bucket(); b != bucket {
+	a := AgentID{Component: component, Name: name}
+	if b := keyBucket(rest); b != bucket {
 		return AgentID{}, fmt.Errorf("%w: stored key %q has the prefix of bucket %d, its agent hashes to bucket %d", ErrInvalidAgent, key, bucket, b)
 	}
 	return a, nil

@@ -1,7 +1,6 @@
 package oplog
 
 import (
-	"hash/fnv"
 	"slices"
 
 	is "github.com/stratalog/strata/indexedstorage"
@@ -15,9 +14,26 @@ const Buckets = is.Buckets
 // the sweep and the scheduled rows must agree on it; an executor written in another language computes
 // the same function (test vectors in docs/storage-format.md).
 func (a AgentID) Bucket() int {
-	h := fnv.New64a()
-	h.Write([]byte(a.Key()))
-	return int(h.Sum64() % Buckets)
+	h := fnv1a64(fnvOffset, a.Component)
+	h = fnv1a64(h, ":")
+	return int(fnv1a64(h, a.Name) % Buckets)
+}
+
+// keyBucket is the bucket of an agent key, as Bucket computes it.
+func keyBucket(key string) int { return int(fnv1a64(fnvOffset, key) % Buckets) }
+
+// FNV-1a, 64-bit (hash/fnv's New64a), over a string without copying it.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnv1a64(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
 }
 
 // Shard returns the agent's shard among count shards: floor(bucket × count / Buckets), for

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -135,10 +136,12 @@ func owns(a Assignment, agent oplog.AgentID) bool {
 // survived and is worth one storage read.
 func triage(key string, a Assignment, resident func(oplog.AgentID) bool) (agent oplog.AgentID, outcome Outcome, candidate bool) {
 	agent, ok := parseAgent(key)
+	// A parsed stored key's prefix is its agent's bucket: no need to hash the key again.
+	bucket, _ := is.KeyBucket(key)
 	switch {
 	case !ok:
 		return agent, OutcomeUnparseable, false
-	case !owns(a, agent):
+	case !slices.Contains(a.Shards, oplog.BucketShard(bucket, a.ShardCount)):
 		return agent, OutcomeNotOwned, false
 	case resident != nil && resident(agent):
 		return agent, OutcomeResident, false
