@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/stratalog/strata/backends/multisqlite"
 	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/backends/sqlite"
@@ -58,7 +60,11 @@ func TestSweep_APoisonedKeyDoesNotStallTheRoute(t *testing.T) {
 		{backendtest.Redis(), func(t *testing.T, st is.Storage) string {
 			rs := st.(*redis.Store)
 			key := oplogtest.AgentNamed("poisoned").StoredKey()
-			if err := rs.Client().Set(t.Context(), rs.KeyPrefix()+level1+":"+key, "a string, not a sorted set", 0).Err(); err != nil {
+			// Listed in its index set, as every index is, and of another type at its own key.
+			if err := rs.Client().ZAdd(t.Context(), rs.IndexSetKey(level1, key), goredis.Z{Member: key}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rs.Client().Set(t.Context(), rs.RedisKey(level1, key), "a string, not a sorted set", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			return key
