@@ -46,7 +46,7 @@ func OpenExisting(ctx context.Context, rawURL string) (st is.Storage, err error)
 		return multisqlite.Open(ctx, dir, multisqlite.Options{MustExist: true})
 	case "postgres", "postgresql":
 		return postgres.OpenExisting(ctx, rawURL)
-	case "redis":
+	case "redis", "redis+cluster":
 		return redis.Open(ctx, rawURL)
 	}
 	return nil, unknownScheme("storage", rawURL, u.Scheme, Schemes)

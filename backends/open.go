@@ -23,7 +23,7 @@ import (
 )
 
 // Schemes lists the URL schemes Open understands, for error messages and documentation.
-var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis"}
+var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis", "redis+cluster"}
 
 // Open returns the indexed storage rawURL names:
 //

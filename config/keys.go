@@ -182,7 +182,7 @@ func oneOf(values ...string) rule {
 // ScheduleSchemes; a test keeps the lists equal). Only the scheme, and that memory:// is bare, is
 // checked here; the opener checks the rest of the URL when the process starts.
 var (
-	storageSchemes  = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis"}
+	storageSchemes  = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis", "redis+cluster"}
 	blobSchemes     = []string{"fs", "file", "memory", "s3", "gs", "azblob", "mem"}
 	scheduleSchemes = []string{"memory", "sqlite", "postgres", "postgresql"}
 )
@@ -190,7 +190,7 @@ var (
 var (
 	storageURL = urlRule(storageSchemes, "memory://, sqlite:relative/file.db, sqlite:///abs/file.db, "+
 		"multisqlite:relative/dir, multisqlite:///abs/dir, postgres://user@host:5432/db?schema=…, "+
-		"postgresql://…, or redis://host:6379/0?prefix=…")
+		"postgresql://…, redis://host:6379/0?prefix=…, or redis+cluster://host:7000,host:7001/?prefix=…")
 	blobURL = urlRule(blobSchemes, "fs:relative/dir, fs:///abs/dir, file:///abs/dir, memory://, "+
 		"s3://bucket/prefix?region=…, gs://bucket/prefix, azblob://container/prefix or mem://")
 	scheduleURL = urlRule(scheduleSchemes, "sqlite:relative/file.db, sqlite:///abs/file.db, "+
