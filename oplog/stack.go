@@ -255,18 +255,7 @@ func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer i
 		return d, err
 	}
 	// The layers between the next one and the bottom, as Drain does, one hop fewer.
-	for range s.MaxHops() - 1 {
-		step, err := s.ArchiveStep(ctx, agent, mode)
-		if step.Source != "" {
-			d.Hops++
-			d.Moved += step.Moved
-			d.Bytes += step.Bytes
-		}
-		if err != nil || !step.More {
-			return d, err
-		}
-	}
-	return d, fmt.Errorf("%w: %s still holds entries above the bottom layer after %d hops", ErrStepCap, agent, s.MaxHops())
+	return s.steps(ctx, agent, mode, d, s.MaxHops()-1)
 }
 
 // ErrIndexReused is returned by an archive step that finds source entries at or below the target's
@@ -468,8 +457,13 @@ type Drained struct {
 // Drain runs ArchiveStep until no layer above the bottom holds entries of the oplog, at most MaxHops
 // times; past that it returns ErrStepCap with what it did.
 func (s *Stack) Drain(ctx context.Context, agent AgentID, mode Mode) (Drained, error) {
-	var d Drained
-	for range s.MaxHops() {
+	return s.steps(ctx, agent, mode, Drained{}, s.MaxHops())
+}
+
+// steps runs ArchiveStep until no layer above the bottom holds entries, at most n times, adding what
+// each moved to d; past n it returns ErrStepCap with what was done.
+func (s *Stack) steps(ctx context.Context, agent AgentID, mode Mode, d Drained, n int) (Drained, error) {
+	for range n {
 		step, err := s.ArchiveStep(ctx, agent, mode)
 		if step.Source != "" {
 			d.Hops++
