@@ -79,6 +79,33 @@ func Bench(b *testing.B, h Harness, scanKeys int) {
 		}
 		b.ReportMetric(float64(1000*b.N)/b.Elapsed().Seconds(), "entries/s")
 	})
+	// Last fetches the value, LastID only the id: on an index of 1 MiB chunks, as an archive layer holds,
+	// the two alternate inside each iteration and their ratio is reported.
+	b.Run("LastVsLastID1MiB", func(b *testing.B) {
+		st, ctx := h.New(b), b.Context()
+		chunk := make([]byte, 1<<20)
+		for i := range chunk {
+			chunk[i] = byte(i * 7)
+		}
+		if err := st.AppendMany(ctx, benchNS, "agent:chunks", []is.Entry{{ID: 4096, Value: chunk}, {ID: 8192, Value: chunk}}); err != nil {
+			b.Fatal(err)
+		}
+		var last, lastID time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if e, ok, err := st.Last(ctx, benchNS, "agent:chunks"); err != nil || !ok || e.ID != 8192 {
+				b.Fatalf("Last: %d %v %v", e.ID, ok, err)
+			}
+			mid := time.Now()
+			if id, ok, err := st.LastID(ctx, benchNS, "agent:chunks"); err != nil || !ok || id != 8192 {
+				b.Fatalf("LastID: %d %v %v", id, ok, err)
+			}
+			last, lastID = last+mid.Sub(start), lastID+time.Since(mid)
+		}
+		b.ReportMetric(float64(last.Microseconds())/float64(b.N), "last-µs/op")
+		b.ReportMetric(float64(lastID.Microseconds())/float64(b.N), "lastid-µs/op")
+		b.ReportMetric(float64(last)/float64(lastID), "last/lastid")
+	})
 	b.Run(fmt.Sprintf("Scan%dk", scanKeys/1000), func(b *testing.B) {
 		st, ctx := h.New(b), b.Context()
 		if err := Populate(ctx, st, benchNS, scanKeys); err != nil {
