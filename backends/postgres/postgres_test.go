@@ -57,17 +57,21 @@ func newStore(tb testing.TB, schema string, configure ...func(*pgxpool.Config)) 
 
 func emptySearchPath(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = "" }
 
-// rawWalk is the keyset loop a Postgres user would write without strata, on the store's own pool.
+// rawWalk is the keyset loop a Postgres user would write without strata, on the store's own pool: keys
+// with their last id, as an archiver needs them and as ScanStable's pages carry them.
 func rawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
 	store, ok := unwrap(st)
 	if !ok {
 		return 0, fmt.Errorf("raw walk: %T is not a postgres store", st)
 	}
-	query := `SELECT DISTINCT key FROM ` + store.Table() + ` WHERE namespace = $1 AND key > $2 ORDER BY key LIMIT $3`
+	query := `SELECT key, max(id) FROM ` + store.Table() + ` WHERE namespace = $1 AND key > $2 GROUP BY key ORDER BY key LIMIT $3`
 	n, last := 0, ""
 	for {
 		rows, _ := store.Pool().Query(ctx, query, ns, last, pageSize)
-		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		var keys []string
+		var key string
+		var id int64
+		_, err := pgx.ForEachRow(rows, []any{&key, &id}, func() error { keys = append(keys, key); return nil })
 		if err != nil {
 			return n, err
 		}

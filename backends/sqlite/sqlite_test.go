@@ -54,19 +54,21 @@ func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
 func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), 0) }
 
 // rawWalk is the keyset loop an application would write against the table itself, through the same
-// connection pool ScanStable reads with.
+// connection pool ScanStable reads with: keys with their last id, as an archiver needs them and as
+// ScanStable's pages carry them.
 func rawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
 	db := st.(*sqlite.Store).DB()
 	n, last := 0, ""
+	var lastID int64
 	for {
 		rows, err := db.QueryContext(ctx,
-			`SELECT DISTINCT key FROM index_storage WHERE namespace = ? AND key > ? ORDER BY key LIMIT ?`, ns, last, pageSize)
+			`SELECT key, max(id) FROM index_storage WHERE namespace = ? AND key > ? GROUP BY key ORDER BY key LIMIT ?`, ns, last, pageSize)
 		if err != nil {
 			return n, err
 		}
 		got := 0
 		for rows.Next() {
-			if err := rows.Scan(&last); err != nil {
+			if err := rows.Scan(&last, &lastID); err != nil {
 				rows.Close()
 				return n, err
 			}
