@@ -342,29 +342,23 @@ func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error
 	})
 }
 
-// lastIDScript returns the id bytes of the set's greatest member, not the value after them.
-var lastIDScript = goredis.NewScript(`
-local m = redis.call('ZRANGE', KEYS[1], -1, -1)
-if #m == 0 then return false end
-return string.sub(m[1], 1, 8)
-`)
-
-// LastID runs one script that hands back the last member's 8 id bytes only, so a chunk of megabytes is
-// never sent to read its id.
+// LastID reads the last member and keeps its id. Redis has no command that returns part of a member,
+// and a script that cuts the id out server-side copies the whole member into Lua first, which measured
+// slower than sending it (BENCHMARKS.md §1: 2.3 ms against 1.0 ms for a 1 MiB chunk on loopback).
 func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
 	if err := s.begin(ns, key); err != nil {
 		return 0, false, err
 	}
-	b, err := lastIDScript.Run(ctx, s.client, []string{s.RedisKey(ns, key)}).Text()
+	members, err := s.client.ZRange(ctx, s.RedisKey(ns, key), -1, -1).Result()
 	switch {
-	case errors.Is(err, goredis.Nil):
-		return 0, false, nil
 	case err != nil:
 		return 0, false, fail(is.OpLastID, ns, key, err)
-	case len(b) != idLen:
-		return 0, false, fail(is.OpLastID, ns, key, fmt.Errorf("member of %d bytes is not a strata entry (another writer uses this key?)", len(b)))
+	case len(members) == 0:
+		return 0, false, nil
+	case len(members[0]) < idLen:
+		return 0, false, fail(is.OpLastID, ns, key, fmt.Errorf("member of %d bytes is not a strata entry (another writer uses this key?)", len(members[0])))
 	}
-	return decodeID(b), true, nil
+	return decodeID(members[0]), true, nil
 }
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
