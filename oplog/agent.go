@@ -61,13 +61,8 @@ func (a AgentID) String() string { return a.Key() }
 // Validate checks the agent can address an oplog: a non-empty component without ':', a non-empty name,
 // and a stored key that is a valid indexed-storage key (so Key is at most MaxKeyLen bytes).
 func (a AgentID) Validate() error {
-	switch {
-	case a.Component == "":
-		return fmt.Errorf("%w: empty component", ErrInvalidAgent)
-	case strings.Contains(a.Component, ":"):
-		return fmt.Errorf("%w: component %q contains ':'", ErrInvalidAgent, a.Component)
-	case a.Name == "":
-		return fmt.Errorf("%w: empty name", ErrInvalidAgent)
+	if err := a.validParts(); err != nil {
+		return err
 	}
 	if len(a.Key()) > MaxKeyLen {
 		return fmt.Errorf("%w: key must be at most %d bytes (%d with its bucket prefix), got %d", ErrInvalidAgent,
@@ -75,6 +70,19 @@ func (a AgentID) Validate() error {
 	}
 	if err := is.ValidateKey(a.StoredKey()); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAgent, err)
+	}
+	return nil
+}
+
+// validParts checks the component and name on their own: both non-empty, no ':' in the component.
+func (a AgentID) validParts() error {
+	switch {
+	case a.Component == "":
+		return fmt.Errorf("%w: empty component", ErrInvalidAgent)
+	case strings.Contains(a.Component, ":"):
+		return fmt.Errorf("%w: component %q contains ':'", ErrInvalidAgent, a.Component)
+	case a.Name == "":
+		return fmt.Errorf("%w: empty name", ErrInvalidAgent)
 	}
 	return nil
 }
@@ -108,11 +116,13 @@ func ParseStoredKey(key string) (AgentID, error) {
 	}
 	rest := key[is.BucketPrefixLen:]
 	component, name, ok := strings.Cut(rest, ":")
-	if !ok || component == "" || name == "" {
-		_, err := ParseAgentKey(rest) // says which part is missing
-		return AgentID{}, fmt.Errorf("stored key %q: %w", key, err)
+	if !ok {
+		return AgentID{}, fmt.Errorf("%w: stored key %q has no ':' between component and name", ErrInvalidAgent, key)
 	}
 	a := AgentID{Component: component, Name: name}
+	if err := a.validParts(); err != nil {
+		return AgentID{}, fmt.Errorf("stored key %q: %w", key, err)
+	}
 	if b := keyBucket(rest); b != bucket {
 		return AgentID{}, fmt.Errorf("%w: stored key %q has the prefix of bucket %d, its agent hashes to bucket %d", ErrInvalidAgent, key, bucket, b)
 	}
