@@ -128,8 +128,11 @@ func parseAgent(key string) (oplog.AgentID, bool) {
 }
 
 // owns reports whether the assignment owns the agent's shard.
-func owns(a Assignment, agent oplog.AgentID) bool {
-	return slices.Contains(a.Shards, agent.Shard(a.ShardCount))
+func owns(a Assignment, agent oplog.AgentID) bool { return ownsBucket(a, agent.Bucket()) }
+
+// ownsBucket reports whether the assignment owns the shard of bucket.
+func ownsBucket(a Assignment, bucket int) bool {
+	return slices.Contains(a.Shards, oplog.BucketShard(bucket, a.ShardCount))
 }
 
 // triage decides a key cheapest first, in memory only: parse, shard, residency. candidate means the key
@@ -141,7 +144,7 @@ func triage(key string, a Assignment, resident func(oplog.AgentID) bool) (agent 
 	switch {
 	case !ok:
 		return agent, OutcomeUnparseable, false
-	case !slices.Contains(a.Shards, oplog.BucketShard(bucket, a.ShardCount)):
+	case !ownsBucket(a, bucket):
 		return agent, OutcomeNotOwned, false
 	case resident != nil && resident(agent):
 		return agent, OutcomeResident, false
