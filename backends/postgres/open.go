@@ -63,7 +63,7 @@ func Open(ctx context.Context, rawURL string) (is.Storage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w: %v", is.ErrInvalidArgument, err)
 	}
-	if !hasParam(rawURL, "pool_max_conns") {
+	if _, set := queryParam(rawURL, "pool_max_conns"); !set {
 		poolConfig.MaxConns = int32(DefaultPoolConns(0))
 	}
 	if maxOps == 0 {
@@ -88,18 +88,19 @@ func DefaultPoolConns(minOps int) int {
 // pool_max_conns too small for minOps it sets max_concurrent_ops to minOps. What the URL sets
 // explicitly it leaves alone, as it does any URL that is not postgres:// or postgresql://.
 func EnsureConcurrency(rawURL string, minOps int) (string, error) {
-	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") ||
-		hasParam(rawURL, ParamMaxConcurrentOps) {
+	if _, set := queryParam(rawURL, ParamMaxConcurrentOps); set ||
+		!strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
 		return rawURL, nil
 	}
 	sep := "?"
 	if strings.Contains(rawURL, "?") {
 		sep = "&"
 	}
-	if !hasParam(rawURL, "pool_max_conns") {
+	pool, set := queryParam(rawURL, "pool_max_conns")
+	if !set {
 		return rawURL + sep + "pool_max_conns=" + strconv.Itoa(DefaultPoolConns(minOps)), nil
 	}
-	conns, err := strconv.Atoi(paramValue(rawURL, "pool_max_conns"))
+	conns, err := strconv.Atoi(pool)
 	if err != nil {
 		return "", fmt.Errorf("postgres: %w: URL parameter pool_max_conns: %v", is.ErrInvalidArgument, err)
 	}
@@ -109,17 +110,11 @@ func EnsureConcurrency(rawURL string, minOps int) (string, error) {
 	return rawURL, nil
 }
 
-// hasParam reports whether the URL's query names the parameter.
-func hasParam(rawURL, name string) bool {
+// queryParam returns the URL query's value of the parameter and whether the query names it.
+func queryParam(rawURL, name string) (string, bool) {
 	_, rawQuery, _ := strings.Cut(rawURL, "?")
 	query, err := url.ParseQuery(rawQuery)
-	return err == nil && query.Has(name)
-}
-
-func paramValue(rawURL, name string) string {
-	_, rawQuery, _ := strings.Cut(rawURL, "?")
-	query, _ := url.ParseQuery(rawQuery)
-	return query.Get(name)
+	return query.Get(name), err == nil && query.Has(name)
 }
 
 // splitURL removes this package's parameters from rawURL and returns what remains for pgx, the
