@@ -67,13 +67,8 @@ func BenchmarkSweepStranded(b *testing.B) {
 				r := oplogtest.NewSweepRig(b, be.Open(b), oplogtest.SweepConfig())
 				agents := r.StrandAgents(b, fmt.Sprint("stranded-", i), benchAgents, 3)
 				b.StartTimer()
-				start, ticks := time.Now(), 0
-				for r.Drained.Load() < benchAgents {
-					r.Sweeper.SweepOnce(b.Context())
-					if ticks++; ticks > 1000 {
-						b.Fatal("not drained after 1000 ticks")
-					}
-				}
+				start := time.Now()
+				ticks := sweepUntilDrained(b, r, benchAgents)
 				elapsed := time.Since(start)
 				b.StopTimer()
 				if n := r.StrandedCount(b, agents); n != 0 {
@@ -116,13 +111,8 @@ func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
 					r := oplogtest.NewSweepRigOn(b, oplogtest.NewLayers(b, calls.Wrap(st), blobs), cfg)
 					agents := r.StrandAgents(b, fmt.Sprint("sweep-", i), benchAgents, 3)
 					calls.Reset()
-					start, ticks := time.Now(), 0
-					for r.Drained.Load() < benchAgents {
-						r.Sweeper.SweepOnce(b.Context())
-						if ticks++; ticks > 1000 {
-							b.Fatal("not drained after 1000 ticks")
-						}
-					}
+					start := time.Now()
+					sweepUntilDrained(b, r, benchAgents)
 					sweepTime, sweepCalls := time.Since(start), total(calls.Reset())
 					if n := r.StrandedCount(b, agents); n != 0 {
 						b.Fatalf("%d agents left", n)
@@ -149,4 +139,16 @@ func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
 			})
 		}
 	}
+}
+
+// sweepUntilDrained ticks the rig's sweeper back to back until n agents were drained and returns the
+// ticks it took, failing after 1,000.
+func sweepUntilDrained(b *testing.B, r *oplogtest.SweepRig, n int64) (ticks int) {
+	for r.Drained.Load() < n {
+		r.Sweeper.SweepOnce(b.Context())
+		if ticks++; ticks > 1000 {
+			b.Fatal("not drained after 1000 ticks")
+		}
+	}
+	return ticks
 }
