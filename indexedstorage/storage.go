@@ -140,3 +140,28 @@ func CapabilitiesOf(st Storage) Capabilities {
 	}
 	return Capabilities{}
 }
+
+// ClosestLastReader is implemented by a Storage that reads Closest(id) and LastID of one index
+// together: in one round trip, from one state of the index (one script, one statement), so that the
+// result is what the two would return at one instant. The sweep's archive step reads an agent's first
+// chunk this way and checks, in the same call, that nothing was appended since the quiet gate saw the
+// agent.
+type ClosestLastReader interface {
+	// ClosestLast returns Closest(id)'s entry and found, and LastID's id and ok.
+	ClosestLast(ctx context.Context, ns, key string, id uint64) (entry Entry, found bool, last uint64, exists bool, err error)
+}
+
+// ClosestLast reads Closest(id) and LastID of one index: in one call where st is a ClosestLastReader
+// (a wrapper of this package is one, and one call, where what it wraps is one), else LastID first,
+// then Closest (two calls, and two instants: an append between them may show in the
+// entry and not in last, a drop in last and not in the entry).
+func ClosestLast(ctx context.Context, st Storage, ns, key string, id uint64) (entry Entry, found bool, last uint64, exists bool, err error) {
+	if r, ok := st.(ClosestLastReader); ok {
+		return r.ClosestLast(ctx, ns, key, id)
+	}
+	if last, exists, err = st.LastID(ctx, ns, key); err != nil {
+		return Entry{}, false, 0, false, err
+	}
+	entry, found, err = st.Closest(ctx, ns, key, id)
+	return entry, found, last, exists, err
+}

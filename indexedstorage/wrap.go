@@ -16,16 +16,19 @@ const (
 	OpLast       Operation = "last"
 	OpLastID     Operation = "last_id"
 	OpClosest    Operation = "closest"
-	OpDropPrefix Operation = "drop_prefix"
-	OpDelete     Operation = "delete"
-	OpScan       Operation = "scan"
-	OpScanStable Operation = "scan_stable"
+	// OpClosestLast is ClosestLastReader's ClosestLast, on a backend that has it (on one that does not,
+	// the two calls it falls back on are counted as themselves).
+	OpClosestLast Operation = "closest_last"
+	OpDropPrefix  Operation = "drop_prefix"
+	OpDelete      Operation = "delete"
+	OpScan        Operation = "scan"
+	OpScanStable  Operation = "scan_stable"
 )
 
 // Operations lists every Operation, in the order of the Storage interface.
 var Operations = []Operation{
 	OpExists, OpAppend, OpAppendMany, OpLength, OpRead, OpFirst, OpLast, OpLastID, OpClosest,
-	OpDropPrefix, OpDelete, OpScan, OpScanStable,
+	OpClosestLast, OpDropPrefix, OpDelete, OpScan, OpScanStable,
 }
 
 // Wrapper is implemented by a Storage that decorates another, such as Limit's and Instrument's.
@@ -93,6 +96,23 @@ func (a *around) Closest(ctx context.Context, ns, key string, id uint64) (entry 
 	err = a.call(ctx, OpClosest, func(ctx context.Context) (e error) { entry, ok, e = a.inner.Closest(ctx, ns, key, id); return })
 	return
 }
+
+// ClosestLast is one operation where the inner Storage is a ClosestLastReader, else the two it falls
+// back on, each run (and counted) as itself.
+func (a *around) ClosestLast(ctx context.Context, ns, key string, id uint64) (entry Entry, found bool, last uint64, exists bool, err error) {
+	r, ok := a.inner.(ClosestLastReader)
+	if !ok {
+		return ClosestLast(ctx, storageOnly{a}, ns, key, id)
+	}
+	err = a.call(ctx, OpClosestLast, func(ctx context.Context) (e error) {
+		entry, found, last, exists, e = r.ClosestLast(ctx, ns, key, id)
+		return
+	})
+	return
+}
+
+// storageOnly hides every method of a Storage but the interface's own.
+type storageOnly struct{ Storage }
 
 func (a *around) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (dropped uint64, err error) {
 	err = a.call(ctx, OpDropPrefix, func(ctx context.Context) (e error) { dropped, e = a.inner.DropPrefix(ctx, ns, key, upTo); return })

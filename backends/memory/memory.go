@@ -169,13 +169,22 @@ func (s *Store) LastID(_ context.Context, ns, key string) (id uint64, found bool
 	return id, found, err
 }
 
-func (s *Store) Closest(_ context.Context, ns, key string, id uint64) (closest is.Entry, found bool, err error) {
+func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
+	e, found, _, _, err := s.ClosestLast(ctx, ns, key, id)
+	return e, found, err
+}
+
+// ClosestLast reads both under one lock (is.ClosestLastReader).
+func (s *Store) ClosestLast(_ context.Context, ns, key string, id uint64) (closest is.Entry, found bool, last uint64, exists bool, err error) {
 	err = s.read(ns, key, func(entries []is.Entry) {
 		if i := search(entries, id); i < len(entries) {
 			closest, found = copyEntry(entries[i]), true
 		}
+		if n := len(entries); n > 0 {
+			last, exists = entries[n-1].ID, true
+		}
 	})
-	return closest, found, err
+	return closest, found, last, exists, err
 }
 
 func (s *Store) DropPrefix(_ context.Context, ns, key string, upTo uint64) (dropped uint64, err error) {

@@ -472,6 +472,16 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.En
 	return e, ok, err
 }
 
+// ClosestLast reads the index's file once (is.ClosestLastReader).
+func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (e is.Entry, found bool, last uint64, exists bool, err error) {
+	ok, err := s.index(ctx, is.OpClosestLast, ns, key, false, func(st *sqlite.Store) (err error) {
+		e, found, last, exists, err = st.ClosestLast(ctx, ns, key, id)
+		return err
+	})
+	s.tidy(ctx, ok, err == nil && !exists, ns, key)
+	return e, found, last, exists, err
+}
+
 // DropPrefix drops the entries up to upTo; a file it leaves without rows is removed before it returns
 // (see lock.go), so that the index no longer exists anywhere: no walk that starts afterwards meets it.
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n uint64, err error) {

@@ -60,7 +60,7 @@ type Store struct {
 	table  string
 	closed atomic.Bool
 
-	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
+	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlClosestLast, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
 	// sqlKeys[strict][bounded][positional] pages through keys; see keysSQL.
 	sqlKeys [2][2][2]string
 }
@@ -120,6 +120,9 @@ func (s *Store) prepareSQL() {
 	SELECT id FROM last`
 	s.sqlRead = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id BETWEEN $3 AND $4 ORDER BY id`
 	s.sqlFirstFrom = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 AND id >= $3 ORDER BY id LIMIT 1`
+	// One statement, so one snapshot: the last id and the closest entry of one state of the index.
+	s.sqlClosestLast = `SELECT (SELECT max(id) FROM ` + t + ` WHERE namespace = $1 AND key = $2), c.id, c.value
+	FROM (VALUES (1)) AS one LEFT JOIN (` + s.sqlFirstFrom + `) AS c ON true`
 	s.sqlLast = `SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = $2 ORDER BY id DESC LIMIT 1`
 	s.sqlLastID = `SELECT max(id) FROM ` + t + ` WHERE namespace = $1 AND key = $2`
 	// One batch: the dropBatch smallest ids ≤ upTo, deleted as an id range so the delete walks the
@@ -350,6 +353,33 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entr
 		return is.Entry{}, false, s.start("closest", is.ValidateIndex(ns, key))
 	}
 	return s.entry(ctx, "closest", ns, key, s.sqlFirstFrom, int64(id))
+}
+
+// ClosestLast is one statement (is.ClosestLastReader).
+func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
+	if id > is.MaxID {
+		last, exists, err := s.LastID(ctx, ns, key) // no entry can be at or above id
+		return is.Entry{}, false, last, exists, err
+	}
+	if err := s.start("closest last", is.ValidateIndex(ns, key)); err != nil {
+		return is.Entry{}, false, 0, false, err
+	}
+	var last, found *int64
+	var value []byte
+	if err := s.pool.QueryRow(ctx, s.sqlClosestLast, ns, key, int64(id)).Scan(&last, &found, &value); err != nil {
+		return is.Entry{}, false, 0, false, s.fail("closest last", err)
+	}
+	var e is.Entry
+	if found != nil {
+		if value == nil {
+			value = []byte{}
+		}
+		e = is.Entry{ID: uint64(*found), Value: value}
+	}
+	if last == nil {
+		return e, found != nil, 0, false, nil
+	}
+	return e, found != nil, uint64(*last), true, nil
 }
 
 // entry runs a query for at most one entry of the index.

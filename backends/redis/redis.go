@@ -373,6 +373,62 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entr
 	})
 }
 
+// closestLastScript returns the id bytes of the index's last member and its closest member at or
+// above ARGV[1] (a ZRANGEBYLEX bound), each false where there is none. The closest member is usually
+// the last one too (an agent's one chunk): ZREVRANK tells so without copying the last member into Lua,
+// which for a chunk of megabytes costs more than the round trip this script saves. KEYS: the index.
+var closestLastScript = goredis.NewScript(`
+local c = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, 1)
+if #c == 1 and redis.call('ZREVRANK', KEYS[1], c[1]) == 0 then
+  return {string.sub(c[1], 1, 8), c[1]}
+end
+local m = redis.call('ZRANGE', KEYS[1], -1, -1)
+if #m == 0 then return {false, false} end
+if #c == 0 then return {string.sub(m[1], 1, 8), false} end
+return {string.sub(m[1], 1, 8), c[1]}
+`)
+
+// ClosestLast is one script (is.ClosestLastReader).
+func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
+	if id > is.MaxID {
+		last, exists, err := s.LastID(ctx, ns, key) // no id can be that large
+		return is.Entry{}, false, last, exists, err
+	}
+	if err := s.begin(ns, key); err != nil {
+		return is.Entry{}, false, 0, false, err
+	}
+	vals, err := closestLastScript.Run(ctx, s.client, []string{s.RedisKey(ns, key)}, inclusive(max(id, 1))).Slice()
+	if err != nil {
+		return is.Entry{}, false, 0, false, fail(is.OpClosestLast, ns, key, err)
+	}
+	bad := func(what string) (is.Entry, bool, uint64, bool, error) {
+		return is.Entry{}, false, 0, false, fail(is.OpClosestLast, ns, key, fmt.Errorf("%s (another writer uses this key?)", what))
+	}
+	if len(vals) != 2 {
+		return bad(fmt.Sprintf("script returned %d values", len(vals)))
+	}
+	if vals[0] == nil {
+		return is.Entry{}, false, 0, false, nil
+	}
+	lastBytes, ok := vals[0].(string)
+	if !ok || len(lastBytes) != idLen {
+		return bad("last member is not a strata entry")
+	}
+	last := decodeID(lastBytes)
+	if vals[1] == nil {
+		return is.Entry{}, false, last, true, nil
+	}
+	member, ok := vals[1].(string)
+	if !ok {
+		return bad("closest member is not a string")
+	}
+	entries, err := decode([]string{member})
+	if err != nil {
+		return is.Entry{}, false, 0, false, fail(is.OpClosestLast, ns, key, err)
+	}
+	return entries[0], true, last, true, nil
+}
+
 // one runs a query that returns at most one member and decodes it.
 func (s *Store) one(ctx context.Context, op is.Operation, ns, key string, query func(redisKey string) *goredis.StringSliceCmd) (is.Entry, bool, error) {
 	if err := s.begin(ns, key); err != nil {

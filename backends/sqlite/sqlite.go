@@ -405,8 +405,11 @@ const (
 	qRead    = `SELECT id, value FROM index_storage WHERE namespace = ? AND key = ? AND id >= ? AND id <= ? ORDER BY id`
 	qClosest = `SELECT id, value FROM index_storage WHERE namespace = ? AND key = ? AND id >= ? ORDER BY id LIMIT 1`
 	qLast    = `SELECT id, value FROM index_storage WHERE namespace = ? AND key = ? ORDER BY id DESC LIMIT 1`
-	qDrop    = `DELETE FROM index_storage WHERE namespace = ? AND key = ? AND id <= ?`
-	qDelete  = `DELETE FROM index_storage WHERE namespace = ? AND key = ?`
+	// One statement, so one snapshot: the last id and the closest entry of one state of the index.
+	qClosestLast = `SELECT (SELECT id FROM index_storage WHERE namespace = ?1 AND key = ?2 ORDER BY id DESC LIMIT 1), c.id, c.value
+	FROM (SELECT 1) LEFT JOIN (SELECT id, value FROM index_storage WHERE namespace = ?1 AND key = ?2 AND id >= ?3 ORDER BY id LIMIT 1) AS c ON 1`
+	qDrop   = `DELETE FROM index_storage WHERE namespace = ? AND key = ? AND id <= ?`
+	qDelete = `DELETE FROM index_storage WHERE namespace = ? AND key = ?`
 )
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
@@ -564,6 +567,27 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entr
 		return is.Entry{}, false, nil
 	}
 	return s.one(ctx, is.OpClosest, ns, key, qClosest, int64(id))
+}
+
+// ClosestLast is one statement (is.ClosestLastReader).
+func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
+	if err := s.begin(ns, key); err != nil {
+		return is.Entry{}, false, 0, false, err
+	}
+	if id > is.MaxID {
+		last, exists, err := s.LastID(ctx, ns, key) // no entry can be at or above id
+		return is.Entry{}, false, last, exists, err
+	}
+	var last, found sql.NullInt64
+	var value []byte
+	if err := s.reader.QueryRowContext(ctx, qClosestLast, ns, key, int64(id)).Scan(&last, &found, &value); err != nil {
+		return is.Entry{}, false, 0, false, s.fail(is.OpClosestLast, ns, key, err)
+	}
+	var e is.Entry
+	if found.Valid {
+		e = is.Entry{ID: uint64(found.Int64), Value: orEmpty(value)}
+	}
+	return e, found.Valid, uint64(last.Int64), last.Valid, nil
 }
 
 // one runs a query for at most one entry of (ns, key); extra are the query's arguments after those two.

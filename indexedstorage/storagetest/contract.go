@@ -223,6 +223,30 @@ func testContract(t *testing.T, h Harness) {
 			f.t.Fatalf("Closest on a missing index: %v %v", ok, err)
 		}
 	})
+	run("ClosestLast/IsClosestAndLastID", func(f *fixture) {
+		// Through is.ClosestLast, so that a Storage without the method is checked on its fallback.
+		check := func(key string, id, wantID, wantLast uint64, found, exists bool) {
+			f.t.Helper()
+			e, ok, last, there, err := is.ClosestLast(f.ctx, f.st, ns, key, id)
+			if err != nil || ok != found || there != exists || last != wantLast ||
+				(ok && (e.ID != wantID || !bytes.Equal(e.Value, value(key, wantID)))) {
+				f.t.Fatalf("ClosestLast(%q, %d) = entry %d found %v, last %d exists %v, %v; want entry %d found %v, last %d exists %v",
+					key, id, e.ID, ok, last, there, err, wantID, found, wantLast, exists)
+			}
+		}
+		check("k", 1, 0, 0, false, false)
+		f.append(ns, "k", 10, 20, 30)
+		for _, c := range []struct {
+			id, want uint64
+			found    bool
+		}{{0, 10, true}, {1, 10, true}, {10, 10, true}, {11, 20, true}, {30, 30, true}, {31, 0, false}, {is.MaxID, 0, false}, {math.MaxUint64, 0, false}} {
+			check("k", c.id, c.want, 30, c.found, true)
+		}
+		f.dropPrefix(ns, "k", 20)
+		check("k", 1, 30, 30, true, true)
+		f.dropPrefix(ns, "k", 30)
+		check("k", 1, 0, 0, false, false)
+	})
 
 	run("DropPrefix/RemovesOnlyUpToBound", func(f *fixture) {
 		f.append(ns, "k", span(1, 10)...)
@@ -401,6 +425,7 @@ func (f *fixture) callEverything(ns, key, prefix string) map[string]error {
 	_, _, errs["Last"] = f.st.Last(ctx, ns, key)
 	_, _, errs["LastID"] = f.st.LastID(ctx, ns, key)
 	_, _, errs["Closest"] = f.st.Closest(ctx, ns, key, 1)
+	_, _, _, _, errs["ClosestLast"] = is.ClosestLast(ctx, f.st, ns, key, 1)
 	_, errs["DropPrefix"] = f.st.DropPrefix(ctx, ns, key, 1)
 	errs["Delete"] = f.st.Delete(ctx, ns, key)
 	_, _, errs["Scan"] = f.st.Scan(ctx, ns, prefix, 0, 10)

@@ -166,10 +166,14 @@ func testIsolation(t *testing.T, h Harness) {
 			func() (is.Entry, bool, error) { return f.st.First(f.ctx, ns, "k") },
 			func() (is.Entry, bool, error) { return f.st.Last(f.ctx, ns, "k") },
 			func() (is.Entry, bool, error) { return f.st.Closest(f.ctx, ns, "k", 2) },
+			func() (is.Entry, bool, error) {
+				e, ok, _, _, err := is.ClosestLast(f.ctx, f.st, ns, "k", 2)
+				return e, ok, err
+			},
 		} {
 			e, ok, err := get()
 			if err != nil || !ok {
-				t.Fatalf("First/Last/Closest: %v, %v", ok, err)
+				t.Fatalf("First/Last/Closest/ClosestLast: %v, %v", ok, err)
 			}
 			clear(e.Value)
 		}

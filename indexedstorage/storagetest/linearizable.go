@@ -46,11 +46,12 @@ const (
 	linLast
 	linLastID
 	linClosest
+	linClosestLast // only where the backend is an is.ClosestLastReader: the method claims one instant
 	linDropPrefix
 	linDelete
 )
 
-var linOpNames = [...]string{"Exists", "Append", "AppendMany", "Length", "Read", "First", "Last", "LastID", "Closest", "DropPrefix", "Delete"}
+var linOpNames = [...]string{"Exists", "Append", "AppendMany", "Length", "Read", "First", "Last", "LastID", "Closest", "ClosestLast", "DropPrefix", "Delete"}
 
 type linInput struct {
 	key  string
@@ -61,8 +62,9 @@ type linInput struct {
 
 type linOutput struct {
 	conflict bool     // Append and AppendMany: ErrConflict
-	ok       bool     // Exists; First, Last, Closest: found
-	n        uint64   // Length; DropPrefix: dropped; First, Last, Closest: the id found
+	ok       bool     // Exists; First, Last, Closest, ClosestLast: found
+	n        uint64   // Length; DropPrefix: dropped; First, Last, Closest, ClosestLast: the id found
+	last     uint64   // ClosestLast: the last id (0: none)
 	ids      []uint64 // Read
 }
 
@@ -106,7 +108,10 @@ func linStep(state, input, output any) (bool, any) {
 			return !out.ok, s
 		}
 		return out.ok && out.n == last, s
-	case linClosest:
+	case linClosest, linClosestLast:
+		if in.kind == linClosestLast && out.last != last {
+			return false, s
+		}
 		i, _ := slices.BinarySearch(s, in.a)
 		if i == len(s) {
 			return !out.ok, s
@@ -154,7 +159,7 @@ var linModel = porcupine.Model{
 			args = fmt.Sprint(in.ids)
 		case linRead:
 			args = fmt.Sprintf("%d..%d", in.a, in.b)
-		case linClosest, linDropPrefix:
+		case linClosest, linClosestLast, linDropPrefix:
 			args = fmt.Sprint(in.a)
 		}
 		res := ""
@@ -175,6 +180,12 @@ var linModel = porcupine.Model{
 			if out.ok {
 				res = fmt.Sprint(out.n)
 			}
+		case linClosestLast:
+			res = "none"
+			if out.ok {
+				res = fmt.Sprint(out.n)
+			}
+			res += fmt.Sprintf(", last %d", out.last)
 		case linDelete:
 			res = "ok"
 		}
@@ -186,9 +197,10 @@ var linModel = porcupine.Model{
 // linClient is one client of a history: its random choices and the id counter all clients share, so
 // that most appends go above the index's last id and some race for the same one.
 type linClient struct {
-	rng    *rand.Rand
-	keys   []string
-	nextID *atomic.Uint64
+	rng         *rand.Rand
+	keys        []string
+	nextID      *atomic.Uint64
+	closestLast bool // the backend is an is.ClosestLastReader
 }
 
 func (c *linClient) input() linInput {
@@ -230,6 +242,9 @@ func (c *linClient) input() linInput {
 		}
 	case r < 77:
 		in.kind = linClosest
+		if c.closestLast && c.rng.IntN(2) == 0 {
+			in.kind = linClosestLast
+		}
 		in.a = id()
 	case r < 92:
 		in.kind = linDropPrefix
@@ -276,6 +291,12 @@ func (f *fixture) linRun(st is.Storage, in linInput) (linOutput, error) {
 		out.n, out.ok, err = st.LastID(ctx, ns, in.key)
 	case linClosest:
 		e, out.ok, err = st.Closest(ctx, ns, in.key, in.a)
+	case linClosestLast:
+		var exists bool
+		e, out.ok, out.last, exists, err = st.(is.ClosestLastReader).ClosestLast(ctx, ns, in.key, in.a)
+		if err == nil && exists != (out.last != 0) {
+			return out, fmt.Errorf("ClosestLast(%q): last id %d with exists %v", in.key, out.last, exists)
+		}
 	case linDropPrefix:
 		out.n, err = st.DropPrefix(ctx, ns, in.key, in.a)
 	case linDelete:
@@ -287,7 +308,7 @@ func (f *fixture) linRun(st is.Storage, in linInput) (linOutput, error) {
 	if err != nil {
 		return out, fmt.Errorf("%s(%q): %w", linOpNames[in.kind], in.key, err)
 	}
-	if in.kind == linFirst || in.kind == linLast || in.kind == linClosest {
+	if in.kind == linFirst || in.kind == linLast || in.kind == linClosest || in.kind == linClosestLast {
 		if out.ok && !slices.Equal(e.Value, value(in.key, e.ID)) {
 			return out, fmt.Errorf("%s(%q) id %d: value %q, want %q", linOpNames[in.kind], in.key, e.ID, e.Value, value(in.key, e.ID))
 		}
@@ -310,7 +331,8 @@ func (f *fixture) history(n int, seed uint64) ([]porcupine.Operation, error) {
 	errs := make([]error, linClients)
 	var wg sync.WaitGroup
 	for c := range linClients {
-		client := &linClient{rng: rand.New(rand.NewPCG(seed, uint64(c))), keys: keys, nextID: &nextID}
+		_, closestLast := f.st.(is.ClosestLastReader)
+		client := &linClient{rng: rand.New(rand.NewPCG(seed, uint64(c))), keys: keys, nextID: &nextID, closestLast: closestLast}
 		wg.Go(func() {
 			for range linOps {
 				in := client.input()

@@ -137,6 +137,8 @@ func (f *fixture) readPoisoned(key string) {
 	f.requireReadErrorKind("LastID", key, err)
 	f.noPanic("Closest", key, func() { _, _, err = f.st.Closest(f.ctx, ns, key, 2) })
 	f.requireReadErrorKind("Closest", key, err)
+	f.noPanic("ClosestLast", key, func() { _, _, _, _, err = is.ClosestLast(f.ctx, f.st, ns, key, 2) })
+	f.requireReadErrorKind("ClosestLast", key, err)
 }
 
 // requireHealthy checks the indexes next to the poisoned one read as they were written.

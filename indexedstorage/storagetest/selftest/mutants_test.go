@@ -43,6 +43,8 @@ const (
 	bugReadExcludesTo         bug = "readExcludesTo"
 	bugReadUnclamped          bug = "readUnclamped"
 	bugClosestStrictlyAbove   bug = "closestStrictlyAbove"
+	bugClosestLastIsClosest   bug = "closestLastIsClosest"
+	bugClosestLastTwoInstants bug = "closestLastTwoInstants"
 	bugDropPrefixExclusive    bug = "dropPrefixExclusive"
 	bugDropPrefixUpToOverflow bug = "dropPrefixUpToOverflow"
 
@@ -116,6 +118,8 @@ var mutants = []mutant{
 	{bugReadExcludesTo, "Read is the half-open range [from, to)"},
 	{bugReadUnclamped, "Read binds to as a signed integer: to = 2^64-1 becomes -1 and reads nothing"},
 	{bugClosestStrictlyAbove, "Closest returns the smallest id > id instead of >= id"},
+	{bugClosestLastIsClosest, "ClosestLast returns the entry it found as the last one"},
+	{bugClosestLastTwoInstants, "ClosestLast reads the last id and the closest entry under two locks, not one, so an append or a drop between them shows in one and not the other"},
 	{bugDropPrefixExclusive, "DropPrefix drops ids < upTo instead of <= upTo"},
 	{bugDropPrefixUpToOverflow, "DropPrefix(upTo) computes upTo+1, which wraps to 0 for upTo = 2^64-1 and drops nothing"},
 

@@ -3,6 +3,7 @@ package selftest
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -273,6 +274,31 @@ func (s *store) Closest(_ context.Context, ns, key string, id uint64) (closest i
 		}
 	})
 	return closest, found, err
+}
+
+func (s *store) ClosestLast(ctx context.Context, ns, key string, id uint64) (closest is.Entry, found bool, last uint64, exists bool, err error) {
+	if s.bug == bugClosestLastTwoInstants {
+		// The fallback's two calls, behind a method that claims one instant.
+		if last, exists, err = s.LastID(ctx, ns, key); err != nil {
+			return is.Entry{}, false, 0, false, err
+		}
+		runtime.Gosched()
+		closest, found, err = s.Closest(ctx, ns, key, id)
+		return closest, found, last, exists, err
+	}
+	err = s.view("closest last", ns, key, func(x *index) {
+		entries := entriesOf(x)
+		if i := search(entries, id); i < len(entries) {
+			closest, found = out(entries[i], false), true
+		}
+		if n := len(entries); n > 0 {
+			last, exists = entries[n-1].ID, true
+		}
+		if s.bug == bugClosestLastIsClosest && found {
+			last = closest.ID // the entry found taken for the last one
+		}
+	})
+	return closest, found, last, exists, err
 }
 
 func (s *store) Append(_ context.Context, ns, key string, id uint64, value []byte) error {
