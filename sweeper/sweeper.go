@@ -105,6 +105,10 @@ type Sweeper struct {
 	tracked   int        // entries over every route's table
 	hits      int        // consecutive ticks that hit their deadline
 	standDown string     // the last tick's stand-down reason, "" when it ran: logged on change
+	// trimmedTo is the assignment the tracking tables were last trimmed to (trimmed: there was one),
+	// so that a tick whose shards did not change costs nothing per tracked agent.
+	trimmedTo Assignment
+	trimmed   bool
 
 	statusMu sync.Mutex
 	status   Status
@@ -491,10 +495,16 @@ func (s *Sweeper) completePass(r *route) {
 }
 
 // dropUnowned drops at once the tracking entries of agents on shards the assignment no longer owns.
+// It reads the tables only when the shards changed since it last ran: a tracked key was parsed when
+// it was first seen, so its prefix is its bucket.
 func (s *Sweeper) dropUnowned(a Assignment) {
+	if s.trimmed && a.ShardCount == s.trimmedTo.ShardCount && slices.Equal(a.Shards, s.trimmedTo.Shards) {
+		return
+	}
+	s.trimmedTo, s.trimmed = Assignment{ShardCount: a.ShardCount, Shards: slices.Clone(a.Shards)}, true
 	for _, r := range s.routes {
 		for key := range r.seen {
-			if agent, ok := parseAgent(key); !ok || !owns(a, agent) {
+			if bucket, ok := is.KeyBucket(key); !ok || !ownsBucket(a, bucket) {
 				s.forget(r, key)
 			}
 		}
