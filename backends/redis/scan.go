@@ -79,9 +79,9 @@ end
 return out
 `)
 
-// lastIDs reads the last id of each of a page's keys in one pipeline: one script per tag (the keys of
-// one bucket, or the unbucketed ones, share a slot), which reads each index's last member and returns
-// its 8 id bytes only. It returns the keys that still exist with their ids. A key whose index went
+// lastIDs reads the last id of each of a page's keys in one pipeline: one script, which reads each
+// index's last member and returns its 8 id bytes only; on a cluster one script per tag (the keys of
+// one bucket, or the unbucketed ones, share a slot). It returns the keys that still exist with their ids. A key whose index went
 // between the index set's read and this one is left out of the page, as a walk may leave out a key
 // deleted during it. If any read fails (an index another writer replaced with a value of another type,
 // a connection lost), the page goes without ids, all its keys kept: ids are an optimisation, and the
@@ -90,8 +90,8 @@ func (s *Store) lastIDs(ctx context.Context, ns string, keys []string) ([]string
 	if len(keys) == 0 {
 		return keys, nil
 	}
-	// Runs of one tag: a page is in key order, so a bucket's keys are consecutive; unbucketed keys
-	// interleave with them and make runs of their own.
+	// On a cluster, runs of one tag: a page is in key order, so a bucket's keys are consecutive;
+	// unbucketed keys interleave with them and make runs of their own.
 	type run struct {
 		start, end int
 		cmd        *goredis.Cmd
@@ -101,7 +101,7 @@ func (s *Store) lastIDs(ctx context.Context, ns string, keys []string) ([]string
 	for i := 0; i < len(keys); {
 		tag := tagID(keys[i])
 		j := i + 1
-		for j < len(keys) && tagID(keys[j]) == tag {
+		for j < len(keys) && (!s.cluster || tagID(keys[j]) == tag) {
 			j++
 		}
 		data := make([]string, 0, j-i)
@@ -175,12 +175,9 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 		// walk's order.
 		limit := need
 		if n := end - next; n > firstProbeBatch*4 {
-			limit = min(need, max(4, 4*need/n+1))
+			limit = min(need, max(16, 4*need/n+1))
 		}
-		probes := make([]*goredis.StringSliceCmd, 0, end-next)
-		for b := next; b < end; b++ {
-			probes = append(probes, pipe.ZRangeByLex(ctx, s.setKey(ns, hexTag(b)), withCount(limit)))
-		}
+		probe := s.probe(ctx, pipe, ns, next, end, withCount(limit))
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, false, err
 		}
@@ -190,12 +187,12 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 				return nil, false, err
 			}
 		}
+		sets, err := probe()
+		if err != nil {
+			return nil, false, err
+		}
 		found, probed := 0, 0
-		for _, p := range probes {
-			got, err := p.Result()
-			if err != nil {
-				return nil, false, err
-			}
+		for _, got := range sets {
 			probed++
 			found += len(got)
 			bucketed = append(bucketed, got...)
@@ -231,6 +228,71 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 		return nil, false, errors.New("walk made no progress")
 	}
 	return merged, done, nil
+}
+
+// probeScript reads each index set of KEYS from ARGV[1] to ARGV[2] (ZRANGEBYLEX bounds), at most
+// ARGV[3] members of each.
+var probeScript = goredis.NewScript(`
+local out = {}
+for i, k in ipairs(KEYS) do
+  out[i] = redis.call('ZRANGEBYLEX', k, ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+end
+return out
+`)
+
+// probe queues on pipe the reads of the index sets of buckets [lo, hi) within zr, and returns what
+// reads their members once pipe has run. A Redis server that is not a cluster node holds every set, so
+// one script reads them all: one command instead of one a bucket, which on a walk of 16,384 buckets is
+// most of the walk's cost. On a cluster each bucket's set has a slot of its own, and a script may touch
+// one slot only: there the reads are one command each, which the cluster client sends to each set's
+// node.
+func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo, hi int, zr *goredis.ZRangeBy) func() ([][]string, error) {
+	sets := make([]string, 0, hi-lo)
+	for b := lo; b < hi; b++ {
+		sets = append(sets, s.setKey(ns, hexTag(b)))
+	}
+	if !s.cluster {
+		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+		cmd := probeScript.Eval(ctx, pipe, sets, zr.Min, zr.Max, zr.Count)
+		return func() ([][]string, error) {
+			vals, err := cmd.Slice()
+			if err != nil {
+				return nil, err
+			}
+			if len(vals) != len(sets) {
+				return nil, fmt.Errorf("index set probe: %d replies for %d sets", len(vals), len(sets))
+			}
+			out := make([][]string, len(vals))
+			for i, v := range vals {
+				members, ok := v.([]any)
+				if !ok {
+					return nil, fmt.Errorf("index set probe: reply %d is %T", i, v)
+				}
+				out[i] = make([]string, len(members))
+				for j, m := range members {
+					if out[i][j], ok = m.(string); !ok {
+						return nil, fmt.Errorf("index set probe: member of reply %d is %T", i, m)
+					}
+				}
+			}
+			return out, nil
+		}
+	}
+	cmds := make([]*goredis.StringSliceCmd, len(sets))
+	for i, set := range sets {
+		cmds[i] = pipe.ZRangeByLex(ctx, set, zr)
+	}
+	return func() ([][]string, error) {
+		out := make([][]string, len(cmds))
+		for i, c := range cmds {
+			got, err := c.Result()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = got
+		}
+		return out, nil
+	}
 }
 
 // upTo keeps the keys of an ascending list that are ≤ last.
