@@ -46,14 +46,42 @@ func (c *Compressed) ScanAgents(ctx context.Context, mode oplog.Mode, r oplog.Bu
 }
 
 func (c *Compressed) Read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit) ([]oplog.Entry, error) {
-	ns := oplog.CompressedNamespace(mode, c.level)
-	return readChunks(ctx, c.name, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {
-		e, ok, err := c.st.Closest(ctx, ns, agent.StoredKey(), uint64(from))
+	entries, _, _, err := c.read(ctx, agent, mode, from, to, limit, false)
+	return entries, err
+}
+
+// ReadLast is oplog.LastReader's: the first chunk and the last id come from one ClosestLast call.
+func (c *Compressed) ReadLast(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit) ([]oplog.Entry, oplog.Index, bool, error) {
+	return c.read(ctx, agent, mode, from, to, limit, true)
+}
+
+// read reads the chunks of the range, the first with the index's last id where withLast is set.
+func (c *Compressed) read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit, withLast bool) ([]oplog.Entry, oplog.Index, bool, error) {
+	ns, key := oplog.CompressedNamespace(mode, c.level), agent.StoredKey()
+	var last uint64
+	var exists bool
+	if withLast && max(from, 1) > to {
+		// readChunks reads nothing: the last id on its own.
+		var err error
+		last, exists, err = c.st.LastID(ctx, ns, key)
+		return nil, oplog.Index(last), exists, c.wrap("last index", agent, err)
+	}
+	entries, err := readChunks(ctx, c.name, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {
+		var e is.Entry
+		var ok bool
+		var err error
+		if withLast {
+			withLast = false
+			e, ok, last, exists, err = is.ClosestLast(ctx, c.st, ns, key, uint64(from))
+		} else {
+			e, ok, err = c.st.Closest(ctx, ns, key, uint64(from))
+		}
 		if err != nil {
 			return 0, nil, false, fmt.Errorf("%s: read %s: %w", c.name, agent, err)
 		}
 		return oplog.Index(e.ID), e.Value, ok, nil
 	})
+	return entries, oplog.Index(last), exists, err
 }
 
 func (c *Compressed) FirstIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {

@@ -2,6 +2,7 @@ package archive_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -97,8 +98,8 @@ func TestStack_AnEphemeralOplogNeverTouchesThePrimary(t *testing.T) {
 	}
 }
 
-// The sweep's drain of an agent at the layer above the bottom is one read of the chunks, one blob put
-// and one drop: the last index it is given is not read again, nor is the source once moved.
+// The sweep's drain of an agent at the layer above the bottom is one read of the chunks with the last
+// index (the gate's re-check), one blob put and one drop: the source is not read again once moved.
 func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	ctx := t.Context()
 	calls := map[is.Operation]int{}
@@ -113,12 +114,21 @@ func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	if err := stack.Append(ctx, a, oplog.Ephemeral, entries(30)); err != nil {
 		t.Fatal(err)
 	}
+	// The gate saw 29: the agent moved on since, and nothing moves.
+	clear(calls)
+	var moved *oplog.MovedOnError
+	if d, err := stack.DrainSeen(ctx, a, oplog.Ephemeral, 1, 29); !errors.As(err, &moved) || moved.Last != 30 || moved.Seen != 29 || d != (oplog.Drained{}) {
+		t.Fatalf("DrainSeen of an agent that moved on: %+v %v", d, err)
+	}
+	if want := map[is.Operation]int{is.OpClosestLast: 1}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("storage calls of the declined drain %v, want %v", calls, want)
+	}
 	clear(calls)
 	d, err := stack.DrainSeen(ctx, a, oplog.Ephemeral, 1, 30)
 	if err != nil || d.Moved != 30 || d.Hops != 1 {
 		t.Fatalf("DrainSeen: %+v %v", d, err)
 	}
-	want := map[is.Operation]int{is.OpClosest: 1, is.OpDropPrefix: 1}
+	want := map[is.Operation]int{is.OpClosestLast: 1, is.OpDropPrefix: 1}
 	if fmt.Sprint(calls) != fmt.Sprint(want) {
 		t.Fatalf("storage calls %v, want %v", calls, want)
 	}

@@ -92,3 +92,26 @@ type Layer interface {
 
 // ErrNotEnumerable is returned by ScanAgents of a layer that cannot enumerate its agents.
 var ErrNotEnumerable = errors.New("layer cannot enumerate its agents")
+
+// LastReader is implemented by a layer that reads the first entries of a range and its last index
+// together, in one storage call where its storage can (indexedstorage.ClosestLastReader). The sweep's
+// archive step reads its first batch this way, and with it checks that the layer's last index is still
+// the one the quiet gate saw: the check costs no call of its own.
+type LastReader interface {
+	// ReadLast returns what Read(from, to, limit) and LastIndex return, the last index read with the
+	// first of the reads that Read makes.
+	ReadLast(ctx context.Context, agent AgentID, mode Mode, from, to Index, limit ReadLimit) (entries []Entry, last Index, exists bool, err error)
+}
+
+// readLast is ReadLast where l is a LastReader, else LastIndex then Read.
+func readLast(ctx context.Context, l Layer, agent AgentID, mode Mode, from, to Index, limit ReadLimit) ([]Entry, Index, bool, error) {
+	if r, ok := l.(LastReader); ok {
+		return r.ReadLast(ctx, agent, mode, from, to, limit)
+	}
+	last, exists, err := l.LastIndex(ctx, agent, mode)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	entries, err := l.Read(ctx, agent, mode, from, to, limit)
+	return entries, last, exists, err
+}

@@ -214,7 +214,7 @@ func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 		if !ok {
 			continue
 		}
-		step, err := s.hop(ctx, agent, mode, i, srcLast)
+		step, err := s.hop(ctx, agent, mode, i, srcLast, nil)
 		if err != nil {
 			return step, err
 		}
@@ -224,9 +224,9 @@ func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 	return Step{}, nil
 }
 
-// hop moves layer i's entries up to srcLast one layer down.
-func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLast Index) (Step, error) {
-	step, err := move(ctx, agent, mode, s.layers[i], s.layers[i+1:], srcLast)
+// hop moves layer i's entries up to srcLast one layer down; first is move's.
+func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLast Index, first []Entry) (Step, error) {
+	step, err := move(ctx, agent, mode, s.layers[i], s.layers[i+1:], srcLast, first)
 	if err != nil {
 		return step, fmt.Errorf("archive %s from %s to %s: %w", agent, step.Source, step.Target, err)
 	}
@@ -234,19 +234,32 @@ func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLas
 }
 
 // DrainSeen is the sweep's drain: it moves what the sweep's gate saw, the entries of Layers()[layer]
-// up to last (a LastIndex the caller has just read, so the step does not read it again), down to the
-// bottom, and returns without looking again at what it has moved past. It is one hop when the layer
-// below is the bottom; otherwise Drain's hops follow from the next layer down. Entries a writer appends
-// above last during the drain stay where they are, as in ArchiveStep: the sweep meets them on a later
-// pass, when they are quiet (under the executor's Locker nothing can be written meanwhile).
-func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, last Index) (Drained, error) {
+// up to seen (the layer's last index when the gate let the agent through), down to the bottom, and
+// returns without looking again at what it has moved past. Its first read of the layer reads the
+// layer's last index with it (LastReader, one storage call where the layer can): when that is no longer
+// seen, the agent moved on since the gate and nothing moves (MovedOnError); when the layer holds
+// nothing, a teardown drain won and the drain is no hop. It is one hop when the layer below is the
+// bottom; otherwise Drain's hops follow from the next layer down. Entries a writer appends above seen
+// during the drain stay where they are, as in ArchiveStep: the sweep meets them on a later pass, when
+// they are quiet (under the executor's Locker nothing can be written meanwhile).
+func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, seen Index) (Drained, error) {
 	if err := checkOplog(agent, mode); err != nil {
 		return Drained{}, err
 	}
 	if _, top := s.layersOf(mode); layer < top || layer >= len(s.layers)-1 {
 		return Drained{}, fmt.Errorf("drain %s: layer %d is not a layer above the bottom that a %s oplog uses", agent, layer, mode)
 	}
-	step, err := s.hop(ctx, agent, mode, layer, last)
+	src := s.layers[layer]
+	first, last, exists, err := readLast(ctx, src, agent, mode, 1, seen, ChunkLimit)
+	switch {
+	case err != nil:
+		return Drained{}, fmt.Errorf("archive %s from %s: %w", agent, src.Name(), err)
+	case !exists:
+		return Drained{}, nil
+	case last != seen:
+		return Drained{}, &MovedOnError{Layer: src.Name(), Seen: seen, Last: last}
+	}
+	step, err := s.hop(ctx, agent, mode, layer, seen, first)
 	d := Drained{Moved: step.Moved, Bytes: step.Bytes}
 	if step.Moved > 0 || step.DroppedUpTo > 0 {
 		d.Hops = 1 // a hop that found the layer emptied meanwhile (a teardown drain won) is none
@@ -256,6 +269,17 @@ func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer i
 	}
 	// The layers between the next one and the bottom, as Drain does, one hop fewer.
 	return s.steps(ctx, agent, mode, d, s.MaxHops()-1)
+}
+
+// MovedOnError is DrainSeen's error when the layer's last index is no longer the one the gate saw:
+// the agent was written to (or drained and written to again) since. Nothing was moved or dropped.
+type MovedOnError struct {
+	Layer      string
+	Seen, Last Index
+}
+
+func (e *MovedOnError) Error() string {
+	return fmt.Sprintf("%s moved on since the gate: last index %d, the gate saw %d", e.Layer, e.Last, e.Seen)
 }
 
 // ErrIndexReused is returned by an archive step that finds source entries at or below the target's
@@ -271,12 +295,15 @@ var ErrIndexReused = errors.New("oplog index reused")
 // rises, so counting only the tries in which it did not rise still ends the loop.
 const moveStalls = 3
 
-// move moves src's entries up to srcLast to below[0]; below are the layers under src, top first.
-func move(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index) (Step, error) {
+// move moves src's entries up to srcLast to below[0]; below are the layers under src, top first. first,
+// when not nil, is the source's first batch already read (Read(1, srcLast, ChunkLimit)): the first try
+// starts from it rather than reading it again.
+func move(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index, first []Entry) (Step, error) {
 	step := Step{Source: src.Name(), Target: below[0].Name()}
 	var prevTarget Index
 	for try, stalls := 0, 0; ; try++ {
-		target, err := moveOnce(ctx, agent, mode, src, below, srcLast, &step)
+		target, err := moveOnce(ctx, agent, mode, src, below, srcLast, &step, first)
+		first = nil // a try after a conflict reads afresh
 		if try > 0 && target > prevTarget {
 			stalls = 0
 		}
@@ -300,7 +327,7 @@ func move(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Laye
 // lost part of the batch shows that part was moved. That part is compared with the layers below, as an
 // interrupted step's is, and not appended again: the losing drain converges with nothing handed back
 // and no error, and readers never see the other's work doubled in the layer below.
-func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index, step *Step) (Index, error) {
+func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index, step *Step, first []Entry) (Index, error) {
 	dst := below[0]
 	// Reading from 1 rather than T+1 costs nothing when the source starts above T (the usual case) and
 	// shows any entry at or below T. Those come first, so all of them are compared before the first
@@ -308,10 +335,14 @@ func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []
 	var target Index
 	var verified Index // the source up to here is identical below and not yet dropped
 	for next := Index(1); next <= srcLast; {
-		batch, err := src.Read(ctx, agent, mode, next, srcLast, ChunkLimit)
-		if err != nil {
-			return target, err
+		batch := first
+		if first == nil {
+			var err error
+			if batch, err = src.Read(ctx, agent, mode, next, srcLast, ChunkLimit); err != nil {
+				return target, err
+			}
 		}
+		first = nil
 		if len(batch) == 0 {
 			break
 		}

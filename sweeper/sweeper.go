@@ -614,20 +614,14 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 		}
 		defer unlock()
 	}
-	last, exists, err := r.source.LastIndex(ctx, c.agent, r.Mode)
+	// The drain re-checks the gate with its first read: the layer's last index, read with the agent's
+	// first chunk, must still be the one the gate saw.
+	var err error
+	res.drained, err = s.stack.DrainSeen(ctx, c.agent, r.Mode, r.Level, c.index)
+	var movedOn *oplog.MovedOnError
 	switch {
-	case err != nil:
-		return failed("read last index", err)
-	case !exists:
-		res.outcome = OutcomeDeclined // gone: drained by its own teardown
-		return res
-	case last != c.index:
-		res.outcome, res.current = OutcomeDeclined, last // moved on since the gate
-		return res
-	}
-	// The re-check's last index is the step's: the drain does not read it again.
-	res.drained, err = s.stack.DrainSeen(ctx, c.agent, r.Mode, r.Level, last)
-	switch {
+	case errors.As(err, &movedOn):
+		res.outcome, res.current = OutcomeDeclined, movedOn.Last // moved on since the gate
 	case errors.Is(err, oplog.ErrStepCap):
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
 			"agent", c.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
@@ -641,7 +635,7 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 	case err != nil:
 		return failed("drain", err)
 	case res.drained.Hops == 0:
-		// Nothing to move: the executor's own teardown drain won the race since the check above. Not
+		// Nothing to move: the executor's own teardown drain won the race since the gate. Not
 		// archived, which would inflate the metric whose rise means teardown drains are lost.
 		res.outcome = OutcomeDeclined
 	default:
