@@ -214,10 +214,10 @@ func TestOplog_ConcurrentDrainsConverge(t *testing.T) {
 	})
 }
 
-// afterCall returns st such that fire runs once, right after the k-th Read or Closest through it
-// returns: the other drain running to its end between two reads of a hop.
+// afterCall returns st such that fire runs once, right after the k-th Read, Closest or ClosestLast
+// through it returns: the other drain running to its end between two reads of a hop.
 func afterCall(st is.Storage, k int, fire func()) is.Storage {
-	return after(st, k, fire, is.OpRead, is.OpClosest)
+	return after(st, k, fire, is.OpRead, is.OpClosest, is.OpClosestLast)
 }
 
 // afterClosest is afterCall counting Closest calls only.
@@ -297,6 +297,64 @@ func TestOplog_DrainRacedByAWholeDrainBetweenTwoReadsConverges(t *testing.T) {
 			if len(failed) > 0 {
 				t.Errorf("%s: %d of %d interleavings went wrong:\n%s", mode, len(failed), reads, strings.Join(failed, "\n"))
 			}
+		}
+	})
+}
+
+// The sweep's drain (DrainSeen, whose first read is the gate's re-check) raced the same way by an
+// executor's teardown drain, forced after each of its reads: nothing lost, nothing doubled, no error.
+func TestOplog_SweepDrainRacedByATeardownDrainBetweenTwoReadsConverges(t *testing.T) {
+	const n = 700 // several compressed chunks
+	mode := oplog.Ephemeral
+	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
+		plain := oplogtest.NewLayers(t, b.Open(t), nil)
+		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(5, 6)) }
+		probe := oplogtest.AgentNamed("probe-seen")
+		if err := writeSmall(t.Context(), plain.Stack, probe, mode, 1, n, fixed()); err != nil {
+			t.Fatal(err)
+		}
+		var cc oplogtest.CallCounter
+		counted := oplogtest.NewLayers(t, cc.Wrap(plain.St), plain.Blobs)
+		if _, err := counted.Stack.DrainSeen(t.Context(), probe, mode, 1, n); err != nil {
+			t.Fatal(err)
+		}
+		calls := cc.Reset()
+		reads := calls[is.OpRead] + calls[is.OpClosest] + calls[is.OpClosestLast]
+		if calls[is.OpClosestLast] != 1 {
+			t.Fatalf("a clean sweep drain made %v", calls)
+		}
+		t.Logf("a clean sweep drain makes %d reads", reads)
+		var failed []string
+		for k := 1; k <= reads; k++ {
+			agent := oplogtest.AgentNamed(fmt.Sprintf("raced-seen-%02d", k))
+			if err := writeSmall(t.Context(), plain.Stack, agent, mode, 1, n, fixed()); err != nil {
+				t.Fatal(err)
+			}
+			var dB oplog.Drained
+			var errB error
+			a := oplogtest.NewLayers(t, afterCall(plain.St, k, func() {
+				dB, errB = plain.Stack.Drain(t.Context(), agent, mode)
+			}), plain.Blobs)
+			dA, errA := a.Stack.DrainSeen(t.Context(), agent, mode, 1, n)
+			var tally drainTally
+			for _, err := range []error{errA, errB} {
+				if err != nil {
+					tally.errors++
+					tally.note("%v", err)
+				}
+			}
+			checkOnce(t, plain, agent, mode, n, false, &tally)
+			if moved := dA.Moved + dB.Moved; moved != n {
+				tally.note("the drains moved %d+%d entries, want %d in all", dA.Moved, dB.Moved, n)
+				tally.doubled += moved - n
+			}
+			if tally.errors+tally.lost+tally.doubled+tally.overlapping > 0 {
+				failed = append(failed, fmt.Sprintf("after read %d: %d errors, %d lost, %d doubled, %d in overlapping blob chunks %q",
+					k, tally.errors, tally.lost, tally.doubled, tally.overlapping, tally.first))
+			}
+		}
+		if len(failed) > 0 {
+			t.Errorf("%d of %d interleavings went wrong:\n%s", len(failed), reads, strings.Join(failed, "\n"))
 		}
 	})
 }
