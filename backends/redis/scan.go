@@ -12,13 +12,15 @@ import (
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
-// Bucket probes go in batches of one pipeline each: the first batch small (a dense range fills a page
+// Bucket probes go in batches of one round trip each: the first batch small (a dense range fills a page
 // from a few buckets), later ones sized by how many keys the buckets probed so far held, and at most
 // maxProbeBatch (a sparse range, most buckets empty: an E = 1 walk of all 16,384 buckets in a handful
-// of round trips).
+// of round trips). Off a cluster the batch is one script that stops once the page is full, so it
+// reads no more than the page whatever the batch's size, and its first batch is larger.
 const (
-	firstProbeBatch = 16
-	maxProbeBatch   = 4096
+	firstProbeBatch         = 16
+	firstScriptedProbeBatch = 256
+	maxProbeBatch           = 4096
 )
 
 // ScanStable walks the index sets: those of the buckets is.RangeBuckets(r) gives, in bucket order, and
@@ -152,7 +154,11 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 	unbucketed := pipe.ZRangeByLex(ctx, s.setKey(ns, unbucketedTag), withCount(count))
 	var loose, bucketed []string
 	next := lo // the first bucket not yet probed
-	batch := firstProbeBatch
+	minBatch := firstProbeBatch
+	if !s.cluster {
+		minBatch = firstScriptedProbeBatch
+	}
+	batch := minBatch
 	// cut: bucketed keys above the last one collected may exist that were not read.
 	cut := false
 	for first := true; ; first = false {
@@ -169,12 +175,12 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 			pipe = s.client.Pipeline()
 		}
 		end := min(next+batch, hi)
-		// Each probe reads at most limit keys. In a large batch (sparse buckets) that is a few, so
-		// that a run of dense buckets after empty ones cannot make one round trip read batch × count
-		// keys; a probe that comes back full ends the collection there, which keeps it a prefix of the
-		// walk's order.
+		// Each probe reads at most limit keys. On a cluster, in a large batch (sparse buckets) that is
+		// a few, so that a run of dense buckets after empty ones cannot make one round trip read
+		// batch × count keys (the script off a cluster stops at need keys by itself); a probe that
+		// comes back full ends the collection there, which keeps it a prefix of the walk's order.
 		limit := need
-		if n := end - next; n > firstProbeBatch*4 {
+		if n := end - next; s.cluster && n > firstProbeBatch*4 {
 			limit = min(need, max(16, 4*need/n+1))
 		}
 		probe := s.probe(ctx, pipe, ns, next, end, withCount(limit))
@@ -206,7 +212,7 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 		if found == 0 {
 			batch = min(batch*4, maxProbeBatch)
 		} else {
-			batch = min(max(firstProbeBatch, (count-len(bucketed))*probed/found+1), maxProbeBatch)
+			batch = min(max(minBatch, (count-len(bucketed))*probed/found+1), maxProbeBatch)
 		}
 	}
 	if len(bucketed) > count {
@@ -230,22 +236,27 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 	return merged, done, nil
 }
 
-// probeScript reads each index set of KEYS from ARGV[1] to ARGV[2] (ZRANGEBYLEX bounds), at most
-// ARGV[3] members of each.
+// probeScript reads the index sets of KEYS in order from ARGV[1] to ARGV[2] (ZRANGEBYLEX bounds), at
+// most ARGV[3] members in all: it stops at the set that fills them, and returns one reply a set read.
 var probeScript = goredis.NewScript(`
 local out = {}
+local left = tonumber(ARGV[3])
 for i, k in ipairs(KEYS) do
-  out[i] = redis.call('ZRANGEBYLEX', k, ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+  local got = redis.call('ZRANGEBYLEX', k, ARGV[1], ARGV[2], 'LIMIT', 0, left)
+  out[i] = got
+  left = left - #got
+  if left <= 0 then break end
 end
 return out
 `)
 
-// probe queues on pipe the reads of the index sets of buckets [lo, hi) within zr, and returns what
-// reads their members once pipe has run. A Redis server that is not a cluster node holds every set, so
-// one script reads them all: one command instead of one a bucket, which on a walk of 16,384 buckets is
-// most of the walk's cost. On a cluster each bucket's set has a slot of its own, and a script may touch
-// one slot only: there the reads are one command each, which the cluster client sends to each set's
-// node.
+// probe queues on pipe the reads of the index sets of buckets [lo, hi) within zr, at most zr.Count
+// members of each, and returns what reads their members once pipe has run. A Redis server that is not
+// a cluster node holds every set, so one script reads them in order, zr.Count members in all: one
+// command instead of one a bucket, which on a walk of 16,384 buckets is most of the walk's cost, and it
+// returns the sets it read, up to the one that filled zr.Count. On a cluster each bucket's set has a
+// slot of its own, and a script may touch one slot only: there the reads are one command each, which
+// the cluster client sends to each set's node.
 func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo, hi int, zr *goredis.ZRangeBy) func() ([][]string, error) {
 	sets := make([]string, 0, hi-lo)
 	for b := lo; b < hi; b++ {
@@ -259,7 +270,7 @@ func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo
 			if err != nil {
 				return nil, err
 			}
-			if len(vals) != len(sets) {
+			if len(vals) > len(sets) || (len(vals) == 0 && len(sets) > 0) {
 				return nil, fmt.Errorf("index set probe: %d replies for %d sets", len(vals), len(sets))
 			}
 			out := make([][]string, len(vals))
