@@ -65,8 +65,10 @@ func newClusterStore(tb testing.TB) *redis.Store {
 	return st
 }
 
-// rawWalk is the loop a Redis user writes without strata: SCAN with a MATCH pattern of the
-// namespace's index keys and COUNT until the cursor comes back 0, counting keys.
+// rawWalk is the loop a Redis user writes without strata to list the namespace's indexes with each
+// one's last id, as ScanStable's pages carry them: SCAN with a MATCH pattern of the namespace's index
+// keys and COUNT until the cursor comes back 0, each page's last members read in one pipeline
+// (ZRANGE key -1 -1), counting keys. The SQL backends' raw loops read max(id) with their keys too.
 func rawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
 	s := st.(*redis.Store)
 	if s.IsCluster() {
@@ -78,6 +80,15 @@ func rawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, 
 		keys, next, err := s.Client().Scan(ctx, cursor, match, int64(pageSize)).Result()
 		if err != nil {
 			return n, err
+		}
+		if len(keys) > 0 {
+			pipe := s.Client().Pipeline()
+			for _, k := range keys {
+				pipe.ZRange(ctx, k, -1, -1)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return n, err
+			}
 		}
 		n += len(keys)
 		if next == 0 {
