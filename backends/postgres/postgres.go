@@ -8,7 +8,8 @@
 // Mutations are serialized per index by a transaction-scoped advisory lock taken in the same
 // transaction as the guarded INSERT or the DELETE, sent together in one round trip. ScanStable is
 // keyset paging over the primary key, bounded by the byte interval of the prefix, so it seeks instead
-// of skipping and is safe while the caller deletes the keys it walks.
+// of skipping and is safe while the caller deletes the keys it walks; within a page it seeks from key to
+// key (a loose index scan), so a page costs its keys, not their entries.
 package postgres
 
 import (
@@ -61,8 +62,9 @@ type Store struct {
 	closed atomic.Bool
 
 	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlClosestLast, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
-	// sqlKeys[strict][bounded][positional] pages through keys; see keysSQL.
-	sqlKeys [2][2][2]string
+	// sqlWalk[strict][bounded] is ScanStable's page (see walkSQL), sqlScan[bounded] Scan's (see scanSQL).
+	sqlWalk [2][2]string
+	sqlScan [2]string
 }
 
 var _ is.Storage = (*Store)(nil)
@@ -144,36 +146,61 @@ func (s *Store) prepareSQL() {
 	)
 	SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM dropped)`
 	s.sqlDelete = `DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2`
-	for strict := range 2 {
-		for bounded := range 2 {
-			for positional := range 2 {
-				s.sqlKeys[strict][bounded][positional] = keysSQL(t, strict == 1, bounded == 1, positional == 1)
-			}
+	for bounded := range 2 {
+		s.sqlScan[bounded] = scanSQL(t, bounded == 1)
+		for strict := range 2 {
+			s.sqlWalk[strict][bounded] = walkSQL(t, strict == 1, bounded == 1)
 		}
 	}
 }
 
-// keysSQL is the key walk: $1 namespace, $2 the lower bound (exclusive after a marker, inclusive at
-// the prefix), $3 the limit, then $4 the prefix's end when it has one, then the offset of the
-// positional Scan. Bounding by [prefix, end) instead of LIKE keeps every character literal and lets
-// the primary key seek.
-func keysSQL(table string, strict, bounded, positional bool) string {
-	q := `SELECT key, max(id) FROM ` + table + ` WHERE namespace = $1 AND key `
+// walkSQL is ScanStable's page, a loose index scan (skip scan) of the primary key: $1 namespace, $2
+// the lower bound (exclusive after a marker, inclusive at the range's start), $3 how many keys, and $4
+// the range's end when it has one. Bounding by [start, end) instead of LIKE keeps every character
+// literal and lets the primary key seek.
+//
+// Each step of the recursive CTE seeks to the first key above the one before (ORDER BY key LIMIT 1),
+// and each key's last id is max(id) of that key alone, a backward seek: a page costs two index descents
+// a key, however many entries a key holds, where GROUP BY key read every row of every key in the page.
+// The steps stop at $3 keys; the whole page is one statement, so one round trip and one snapshot, the
+// keys and their last ids of one state of the table.
+//
+// EXPLAIN (ANALYZE) on PostgreSQL 15, 20,000 keys of 100 entries (2,000,000 rows), a page of 129: the
+// anchor and each step are an Index Only Scan on index_storage_pkey under a Limit (rows=1, loops=128
+// for the step), the last ids a SubPlan of Limit over Index Only Scan Backward (loops=129), and the
+// only Sort is the page's 129 rows (quicksort, 25kB). No Seq Scan, HashAggregate or GroupAggregate:
+// the plan reads no row of a key but its first and its last.
+func walkSQL(table string, strict, bounded bool) string {
+	lower := `i.key >= $2`
 	if strict {
-		q += `> $2`
-	} else {
-		q += `>= $2`
+		lower = `i.key > $2`
 	}
+	upper := ``
+	if bounded {
+		upper = ` AND i.key < $4`
+	}
+	return `WITH RECURSIVE walk (key, n) AS (
+		(SELECT i.key, 1::bigint FROM ` + table + ` AS i WHERE i.namespace = $1 AND ` + lower + upper + ` ORDER BY i.key LIMIT 1)
+		UNION ALL
+		SELECT step.key, walk.n + 1 FROM walk CROSS JOIN LATERAL (
+			SELECT i.key FROM ` + table + ` AS i WHERE i.namespace = $1 AND i.key > walk.key` + upper + ` ORDER BY i.key LIMIT 1
+		) AS step
+		WHERE walk.n < $3
+	)
+	SELECT walk.key, (SELECT max(i.id) FROM ` + table + ` AS i WHERE i.namespace = $1 AND i.key = walk.key)
+	FROM walk ORDER BY walk.key`
+}
+
+// scanSQL is Scan's page, by position: $1 namespace, $2 the prefix, $3 the limit, then $4 the prefix's
+// end when it has one, then the offset.
+func scanSQL(table string, bounded bool) string {
+	q := `SELECT key, max(id) FROM ` + table + ` WHERE namespace = $1 AND key >= $2`
 	next := 4
 	if bounded {
 		q += ` AND key < $4`
 		next++
 	}
-	q += ` GROUP BY key ORDER BY key LIMIT $3`
-	if positional {
-		q += fmt.Sprintf(` OFFSET $%d`, next)
-	}
-	return q
+	return q + fmt.Sprintf(` GROUP BY key ORDER BY key LIMIT $3 OFFSET $%d`, next)
 }
 
 // Pool returns the store's connection pool, for code that needs the engine itself (benchmarks).
@@ -510,7 +537,8 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if err := s.start("scan", invalid); err != nil {
 		return 0, nil, err
 	}
-	keys, _, more, err := s.keys(ctx, ns, prefix, false, is.PrefixRange(prefix).End, count, int64(cursor))
+	end := is.PrefixRange(prefix).End
+	keys, _, more, err := s.keys(ctx, s.sqlScan[b2i(end != "")], ns, prefix, end, count, int64(cursor))
 	if err != nil {
 		return 0, nil, s.fail("scan", err)
 	}
@@ -539,7 +567,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() && lower >= r.End {
 		return is.Page{Done: true}, nil
 	}
-	keys, ids, more, err := s.keys(ctx, ns, lower, strict, r.End, count, -1)
+	keys, ids, more, err := s.keys(ctx, s.sqlWalk[b2i(strict)][b2i(r.Bounded())], ns, lower, r.End, count, -1)
 	if err != nil {
 		return is.Page{}, s.fail("scan stable", err)
 	}
@@ -549,22 +577,20 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	return is.Page{Keys: keys, LastIDs: ids, Next: is.MarkerResume(keys[len(keys)-1])}, nil
 }
 
-// keys returns up to count keys of ns from lower on (above it when strict) and below end (no bound
-// when end is ""), each with its last id, skipping offset keys unless offset is negative, and whether
-// more follow. It asks for one key more than it returns, so that the last page says it is done without
-// a trailing empty call.
-func (s *Store) keys(ctx context.Context, ns, lower string, strict bool, end string, count int, offset int64) ([]string, []uint64, bool, error) {
+// keys runs query (a walkSQL or a scanSQL, matching end and offset) for up to count keys of ns from
+// lower on and below end (no bound when end is ""), each with its last id, skipping offset keys unless
+// offset is negative, and says whether more follow. It asks for one key more than it returns, so that
+// the last page says it is done without a trailing empty call.
+func (s *Store) keys(ctx context.Context, query, ns, lower, end string, count int, offset int64) ([]string, []uint64, bool, error) {
 	fetch := min(count, maxPage)
-	bounded := end != ""
 	args := []any{ns, lower, int64(fetch) + 1}
-	if bounded {
+	if end != "" {
 		args = append(args, end)
 	}
-	positional := offset >= 0
-	if positional {
+	if offset >= 0 {
 		args = append(args, offset)
 	}
-	rows, _ := s.pool.Query(ctx, s.sqlKeys[b2i(strict)][b2i(bounded)][b2i(positional)], args...)
+	rows, _ := s.pool.Query(ctx, query, args...)
 	var keys []string
 	var ids []uint64
 	var key string

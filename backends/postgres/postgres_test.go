@@ -34,6 +34,9 @@ func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
 
 func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), 0) }
 
+// BenchmarkWalkDepth: a ScanStable walk costs per key, however many entries a key holds.
+func BenchmarkWalkDepth(b *testing.B) { storagetest.BenchWalkDepth(b, harness(), 0) }
+
 // newStore opens a Store on the test server in schema, closed when the test ends. Its connections run
 // with an empty search_path, so a query that does not name the schema fails.
 func newStore(tb testing.TB, schema string, configure ...func(*pgxpool.Config)) *postgres.Store {

@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -649,17 +650,42 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 // cannot start the range at the prefix and filter its way up to the marker.
 var (
 	// scanStableQuery[strict][bounded]: strict is key > marker rather than key >= prefix; bounded adds
-	// the prefix's end.
+	// the prefix's end. See walkQuery.
 	scanStableQuery = [2][2]string{}
 	// scanQuery[bounded] is the native, positional Scan.
 	scanQuery = [2]string{}
 )
 
+// walkQuery is ScanStable's page, a loose index scan (skip scan) of the primary key: ?1 namespace, ?2
+// the lower bound, ?3 how many keys, ?4 the range's end when upper names it.
+//
+// Each step of the recursive CTE seeks to the first key above the one before (ORDER BY key LIMIT 1,
+// NULL past the last), and each key's last id is the same seek as qLastID: a page costs two B-tree
+// descents a key, however many entries a key holds, where GROUP BY key read every row of every key in
+// the page. ORDER BY id DESC LIMIT 1 yields what max(id) did, a broken id included (a text id sorts
+// above every integer in both), so keysWithLastIDs still drops the page's ids on it. One statement:
+// the keys and their last ids are of one snapshot.
+//
+// EXPLAIN QUERY PLAN (SQLite 3.x of mattn/go-sqlite3 v1.14.53): the anchor and the step are each
+// SEARCH index_storage USING PRIMARY KEY (namespace=? AND key>? [AND key<?]) inside a SCALAR SUBQUERY,
+// the step a RECURSIVE STEP over SCAN walk, the last id SEARCH index_storage USING PRIMARY KEY
+// (namespace=? AND key=?) in a CORRELATED SCALAR SUBQUERY; the only sort is USE TEMP B-TREE FOR ORDER
+// BY over the page's own rows. No SCAN of index_storage and no temp B-tree for a GROUP BY.
+func walkQuery(lower, upper string) string {
+	return `WITH RECURSIVE walk (key, n) AS (
+		SELECT (SELECT i.key FROM index_storage AS i WHERE i.namespace = ?1 AND ` + lower + upper + ` ORDER BY i.key LIMIT 1), 1
+		UNION ALL
+		SELECT (SELECT i.key FROM index_storage AS i WHERE i.namespace = ?1 AND i.key > walk.key` + upper + ` ORDER BY i.key LIMIT 1), walk.n + 1
+		FROM walk WHERE walk.key IS NOT NULL AND walk.n < ?3
+	)
+	SELECT walk.key, (SELECT i.id FROM index_storage AS i WHERE i.namespace = ?1 AND i.key = walk.key ORDER BY i.id DESC LIMIT 1)
+	FROM walk WHERE walk.key IS NOT NULL ORDER BY walk.key`
+}
+
 func init() {
-	for strict, lower := range []string{"key >= ?", "key > ?"} {
-		for bounded, upper := range []string{"", " AND key < ?"} {
-			scanStableQuery[strict][bounded] = `SELECT key, max(id) FROM index_storage WHERE namespace = ? AND ` +
-				lower + upper + ` GROUP BY key ORDER BY key LIMIT ?`
+	for strict, lower := range []string{"i.key >= ?2", "i.key > ?2"} {
+		for bounded, upper := range []string{"", " AND i.key < ?4"} {
+			scanStableQuery[strict][bounded] = walkQuery(lower, upper)
 		}
 	}
 	for bounded, upper := range []string{"", " AND key < ?"} {
@@ -693,12 +719,12 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() && lower >= r.End {
 		return is.Page{Done: true}, nil
 	}
-	args := []any{ns, lower}
+	// One key more than the page tells whether the walk is done without another round trip (short of
+	// the largest count, which no table can fill).
+	args := []any{ns, lower, int64(min(count, math.MaxInt-1)) + 1}
 	if r.Bounded() {
 		args = append(args, r.End)
 	}
-	// One key more than the page tells whether the walk is done without another round trip.
-	args = append(args, int64(count)+1)
 	keys, ids, err := s.keysWithLastIDs(ctx, scanStableQuery[b2i(strict)][b2i(r.Bounded())], count, args...)
 	if err != nil {
 		return is.Page{}, s.failScan(is.OpScanStable, ns, r.String(), err)

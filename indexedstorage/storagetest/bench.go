@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -162,6 +163,74 @@ func Bench(b *testing.B, h Harness, scanKeys int) {
 			b.ReportMetric(native.Seconds()/stable.Seconds(), "stable/raw")
 		})
 	})
+}
+
+// BenchDepthKeys is how many keys each of BenchWalkDepth's two namespaces holds unless the harness
+// says otherwise; BenchDepthEntries is how many entries a key of the deep one holds, as a key of the
+// primary layer holds one entry an oplog entry.
+const (
+	BenchDepthKeys    = 10_000
+	BenchDepthEntries = 100
+)
+
+// BenchWalkDepth walks keys indexes of one entry each and keys indexes of BenchDepthEntries entries
+// each, two namespaces of one store, with full ScanStable walks in pages of BenchPageSize, and reports
+// the cost of a key in both beside their ratio: a walk whose cost is per key, not per entry, shows a
+// deep/flat near 1. The two walks alternate inside each iteration, as Bench's Paired does, so that noise
+// on a shared machine hits both.
+func BenchWalkDepth(b *testing.B, h Harness, keys int) {
+	if keys <= 0 {
+		keys = BenchDepthKeys
+	}
+	st, ctx := h.New(b), b.Context()
+	payload := make([]byte, 100)
+	const flatNS, deepNS = "bench/flat", "bench/deep"
+	if err := populateDepth(ctx, st, flatNS, keys, 1, payload); err != nil {
+		b.Fatal(err)
+	}
+	if err := populateDepth(ctx, st, deepNS, keys, BenchDepthEntries, payload); err != nil {
+		b.Fatal(err)
+	}
+	walk := func(ns string) time.Duration {
+		start := time.Now()
+		if n, err := WalkAll(ctx, st, ns, BenchPageSize); err != nil || n < keys {
+			b.Fatalf("ScanStable walk of %s: %d keys, %v", ns, n, err)
+		}
+		return time.Since(start)
+	}
+	// One untimed walk of each first: freshly written rows are cold.
+	walk(flatNS)
+	walk(deepNS)
+	var flat, deep time.Duration
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			flat += walk(flatNS)
+			deep += walk(deepNS)
+		} else {
+			deep += walk(deepNS)
+			flat += walk(flatNS)
+		}
+	}
+	perKey := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(keys*b.N) }
+	b.ReportMetric(perKey(flat), "flat-ns/key")
+	b.ReportMetric(perKey(deep), fmt.Sprintf("deep%d-ns/key", BenchDepthEntries))
+	b.ReportMetric(float64(deep)/float64(flat), "deep/flat")
+}
+
+// populateDepth writes n indexes of entries entries each to ns with 8 writers, one AppendMany an index.
+func populateDepth(ctx context.Context, st is.Storage, ns string, n, entries int, payload []byte) error {
+	const writers = 8
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; i < n && errs[w] == nil; i += writers {
+				errs[w] = st.AppendMany(ctx, ns, BenchKey(i), batch(1, entries, payload))
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func batch(first uint64, n int, payload []byte) []is.Entry {
