@@ -666,11 +666,11 @@ var (
 // above every integer in both), so keysWithLastIDs still drops the page's ids on it. One statement:
 // the keys and their last ids are of one snapshot.
 //
-// EXPLAIN QUERY PLAN (SQLite 3.x of mattn/go-sqlite3 v1.14.53): the anchor and the step are each
-// SEARCH index_storage USING PRIMARY KEY (namespace=? AND key>? [AND key<?]) inside a SCALAR SUBQUERY,
-// the step a RECURSIVE STEP over SCAN walk, the last id SEARCH index_storage USING PRIMARY KEY
-// (namespace=? AND key=?) in a CORRELATED SCALAR SUBQUERY; the only sort is USE TEMP B-TREE FOR ORDER
-// BY over the page's own rows. No SCAN of index_storage and no temp B-tree for a GROUP BY.
+// EXPLAIN QUERY PLAN through this driver (SQLite 3.54.1): CO-ROUTINE walk, whose SETUP (the anchor)
+// and RECURSIVE STEP (over SCAN walk) each run a scalar subquery that is SEARCH i USING PRIMARY KEY
+// (namespace=? AND key>? AND key<?); each last id a CORRELATED SCALAR SUBQUERY, SEARCH i USING PRIMARY
+// KEY (namespace=? AND key=?) with no sort (the B-tree read backward); and USE TEMP B-TREE FOR ORDER BY
+// over the page's own rows only. No SCAN of index_storage.
 func walkQuery(lower, upper string) string {
 	return `WITH RECURSIVE walk (key, n) AS (
 		SELECT (SELECT i.key FROM index_storage AS i WHERE i.namespace = ?1 AND ` + lower + upper + ` ORDER BY i.key LIMIT 1), 1
