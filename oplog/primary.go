@@ -20,13 +20,30 @@ var _ Layer = (*Primary)(nil)
 
 func (p *Primary) Name() string { return "primary" }
 
-// ScanNamespace answers false: durable oplogs are archived by scheduled rows, and ephemeral ones never
-// touch the primary, so the sweep must never take the primary as a source.
-func (p *Primary) ScanNamespace(Mode) (string, bool) { return "", false }
+// ScanNamespace answers true for durable oplogs only: an ephemeral oplog never touches the primary.
+// The sweep takes the primary as a source only on the durable route, which an embedding executor turns
+// on (sweeper.Options.DurableRoute); by default durable oplogs are archived by scheduled rows.
+func (p *Primary) ScanNamespace(mode Mode) (string, bool) {
+	if mode != Durable {
+		return "", false
+	}
+	return PrimaryNamespace(mode), true
+}
 
-// ScanAgents returns ErrNotEnumerable: see ScanNamespace.
-func (p *Primary) ScanAgents(context.Context, Mode, BucketRange, is.Resume, int) (is.Page, error) {
-	return is.Page{}, fmt.Errorf("primary: %w", ErrNotEnumerable)
+// ScanAgents walks the durable agents of the buckets r holding entries in the primary: one key range.
+// A page's LastIDs, where the storage reads them with it, are each agent's last index in the primary,
+// which is its last index in the whole stack (an oplog's newest entries are the primary's). An
+// ephemeral walk returns ErrNotEnumerable: see ScanNamespace.
+func (p *Primary) ScanAgents(ctx context.Context, mode Mode, r BucketRange, from is.Resume, count int) (is.Page, error) {
+	ns, ok := p.ScanNamespace(mode)
+	if !ok {
+		return is.Page{}, fmt.Errorf("primary: %s oplogs: %w", mode, ErrNotEnumerable)
+	}
+	page, err := p.st.ScanStable(ctx, ns, r.Keys(), from, count)
+	if err != nil {
+		return page, fmt.Errorf("primary: scan %s agents: %w", mode, err)
+	}
+	return page, nil
 }
 
 // primaryReadBatch bounds one storage read, so a read that stops on bytes never holds much more than
