@@ -27,6 +27,10 @@ type Registrar struct {
 	// turning the sweep off brings the ephemeral rows back, so an ephemeral oplog never has no
 	// mechanism behind it. nil reads as disabled.
 	SweepEnabled func() bool
+	// DurableSweepEnabled is the durable route's switch (sweeper.Sweeper.DurableRouteOn), read at every
+	// call: while it is on, durable agents return early too, and turning it off brings their rows
+	// back. nil reads as off, as it is for the sidecar, which keeps durable rows.
+	DurableSweepEnabled func() bool
 	// ArchiveInterval is how long after registration a row becomes due.
 	ArchiveInterval time.Duration
 	// Now is the clock (time.Now when nil).
@@ -36,7 +40,8 @@ type Registrar struct {
 // RegisterArchiveIfNeeded is the executor's hook when an agent's status changes: for Idle, Failed and
 // Exited it registers an ArchiveOplog row due ArchiveInterval later, except for an ephemeral agent
 // while the sweep is enabled, which returns early without touching the store — that early return is
-// what takes the scheduler database off the ephemeral commit path. Durable agents always register.
+// what takes the scheduler database off the ephemeral commit path. Durable agents register unless the
+// durable route runs (DurableSweepEnabled).
 // The row carries the agent's bucket, whatever the shard count. An agent that goes Idle and then
 // Exited with no entry between registers one action twice: the store keeps one row (Store.Register).
 // It reports whether it wrote a row.
@@ -46,7 +51,11 @@ func (r *Registrar) RegisterArchiveIfNeeded(ctx context.Context, agent oplog.Age
 	default:
 		return false, nil
 	}
-	if mode == oplog.Ephemeral && r.SweepEnabled != nil && r.SweepEnabled() {
+	swept := r.SweepEnabled
+	if mode == oplog.Durable {
+		swept = r.DurableSweepEnabled
+	}
+	if swept != nil && swept() {
 		return false, nil
 	}
 	if err := agent.Validate(); err != nil {

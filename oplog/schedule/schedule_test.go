@@ -68,6 +68,35 @@ func appendN(t *testing.T, stack *oplog.Stack, agent oplog.AgentID, mode oplog.M
 	}
 }
 
+// The durable route's switch takes durable rows off the commit path while it is on, and only durable
+// ones; turning it off brings them back, and the ephemeral switch never touches them.
+func TestRegistrar_DurableRowsOnlyWhileTheDurableRouteIsOff(t *testing.T) {
+	store := memory.NewScheduleStore()
+	sweepOn, durableOn := false, true
+	r := &schedule.Registrar{Store: store, SweepEnabled: func() bool { return sweepOn },
+		DurableSweepEnabled: func() bool { return durableOn }, ArchiveInterval: time.Hour, Now: func() time.Time { return t0 }}
+	eph := oplog.AgentID{Component: "c", Name: "eph"}
+	dur := oplog.AgentID{Component: "c", Name: "dur"}
+	ctx := t.Context()
+	if wrote, err := r.RegisterArchiveIfNeeded(ctx, dur, oplog.Durable, schedule.StatusIdle, 3); wrote || err != nil {
+		t.Fatalf("durable with the durable route on: wrote %v, %v", wrote, err)
+	}
+	if wrote, err := r.RegisterArchiveIfNeeded(ctx, eph, oplog.Ephemeral, schedule.StatusIdle, 3); !wrote || err != nil {
+		t.Fatalf("ephemeral with the sweep off and the durable route on: wrote %v, %v", wrote, err)
+	}
+	if rows, _ := store.Rows(ctx); len(rows) != 1 || rows[0].Action.Mode != oplog.Ephemeral {
+		t.Fatalf("rows with the durable route on: %+v", rows)
+	}
+	durableOn, sweepOn = false, true
+	if wrote, err := r.RegisterArchiveIfNeeded(ctx, dur, oplog.Durable, schedule.StatusExited, 4); !wrote || err != nil {
+		t.Fatalf("durable with the durable route off: wrote %v, %v", wrote, err)
+	}
+	rows, _ := store.Rows(ctx)
+	if len(rows) != 2 || rows[1].Action != (schedule.ArchiveOplog{Agent: dur, Mode: oplog.Durable, LastIndex: 4}) {
+		t.Fatalf("rows after turning the durable route off: %+v", rows)
+	}
+}
+
 func TestRegistrar_EphemeralRowsOnlyWhileSweepIsDisabled(t *testing.T) {
 	store := memory.NewScheduleStore()
 	enabled := true
