@@ -71,6 +71,10 @@ type Sweep struct {
 	MaxBackoffIntervals int           `toml:"max_backoff_intervals"`
 	MaxAgentDuration    time.Duration `toml:"max_agent_duration"`
 	ShutdownGrace       time.Duration `toml:"shutdown_grace"` // the scheduler's too: one grace for the process
+	// The durable route's: an embedding executor's (sweeper.Options.DurableRoute), not the sidecar's.
+	DurableMinIdle            time.Duration `toml:"durable_min_idle"`
+	DurableMaxArchivesPerTick int           `toml:"durable_max_archives_per_tick"`
+	DurableMaxScannedPerTick  int           `toml:"durable_max_scanned_per_tick"`
 }
 
 // HTTP is [http]: the sidecar's server.
@@ -118,6 +122,10 @@ func Default() Config {
 			MaxBackoffIntervals: sw.MaxBackoffIntervals,
 			MaxAgentDuration:    sw.MaxAgentDuration,
 			ShutdownGrace:       sw.ShutdownGrace,
+
+			DurableMinIdle:            sw.DurableMinIdle,
+			DurableMaxArchivesPerTick: sw.DurableMaxArchivesPerTick,
+			DurableMaxScannedPerTick:  sw.DurableMaxScannedPerTick,
 		},
 		HTTP:      HTTP{Listen: "127.0.0.1:9464", MaxBodyBytes: 1 << 20},
 		Residency: Residency{TTL: 2 * time.Minute},
@@ -166,6 +174,10 @@ func (c Config) SweeperConfig() sweeper.Config {
 		MaxBackoffIntervals: s.MaxBackoffIntervals,
 		MaxAgentDuration:    s.MaxAgentDuration,
 		ShutdownGrace:       s.ShutdownGrace,
+
+		DurableMinIdle:            s.DurableMinIdle,
+		DurableMaxArchivesPerTick: s.DurableMaxArchivesPerTick,
+		DurableMaxScannedPerTick:  s.DurableMaxScannedPerTick,
 	}
 }
 

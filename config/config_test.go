@@ -21,61 +21,67 @@ import (
 
 // samples holds a valid value other than the default for every key, for the round trips.
 var samples = map[string]any{
-	"storage.url":                 "postgres://strata@db.internal:5432/strata?schema=oplog",
-	"blob.url":                    "fs:///var/lib/strata/blobs",
-	"schedule.url":                "memory://",
-	"schedule.archive_interval":   90 * time.Minute,
-	"schedule.lease":              45 * time.Second,
-	"schedule.concurrency":        16,
-	"schedule.max_attempts":       9,
-	"schedule.poll_interval":      250 * time.Millisecond,
-	"stack.compressed_levels":     3,
-	"sweep.enabled":               false,
-	"sweep.interval":              15 * time.Second,
-	"sweep.page_size":             64,
-	"sweep.max_concurrency":       2,
-	"sweep.max_archives_per_tick": 1000,
-	"sweep.max_scanned_per_tick":  10_000,
-	"sweep.max_tracked_agents":    5000,
-	"sweep.max_tick_duration":     10 * time.Second,
-	"sweep.max_backoff_intervals": 0,
-	"sweep.max_agent_duration":    5 * time.Second,
-	"sweep.shutdown_grace":        10 * time.Second,
-	"http.listen":                 "[::1]:9999",
-	"http.token":                  "s3cret-Token_1",
-	"http.max_body_bytes":         4096,
-	"residency.ttl":               5 * time.Minute,
-	"log.level":                   "debug",
-	"log.format":                  "json",
+	"storage.url":                         "postgres://strata@db.internal:5432/strata?schema=oplog",
+	"blob.url":                            "fs:///var/lib/strata/blobs",
+	"schedule.url":                        "memory://",
+	"schedule.archive_interval":           90 * time.Minute,
+	"schedule.lease":                      45 * time.Second,
+	"schedule.concurrency":                16,
+	"schedule.max_attempts":               9,
+	"schedule.poll_interval":              250 * time.Millisecond,
+	"stack.compressed_levels":             3,
+	"sweep.enabled":                       false,
+	"sweep.interval":                      15 * time.Second,
+	"sweep.page_size":                     64,
+	"sweep.max_concurrency":               2,
+	"sweep.max_archives_per_tick":         1000,
+	"sweep.max_scanned_per_tick":          10_000,
+	"sweep.max_tracked_agents":            5000,
+	"sweep.max_tick_duration":             10 * time.Second,
+	"sweep.max_backoff_intervals":         0,
+	"sweep.max_agent_duration":            5 * time.Second,
+	"sweep.shutdown_grace":                10 * time.Second,
+	"sweep.durable_min_idle":              6 * time.Hour,
+	"sweep.durable_max_archives_per_tick": 64,
+	"sweep.durable_max_scanned_per_tick":  2048,
+	"http.listen":                         "[::1]:9999",
+	"http.token":                          "s3cret-Token_1",
+	"http.max_body_bytes":                 4096,
+	"residency.ttl":                       5 * time.Minute,
+	"log.level":                           "debug",
+	"log.format":                          "json",
 }
 
 // disallowed holds, for every key with a rule, values of the right type the rule rejects.
 var disallowed = map[string][]any{
-	"storage.url":                 {"mysql://db/strata", "", "memory://somewhere", "strata.db"},
-	"blob.url":                    {"ftp://bucket/blobs", "sqlite:blobs.db", "memory://x", "webdav://host/dir"},
-	"schedule.url":                {"redis://127.0.0.1:6379/0", "multisqlite:dir", "fs:dir"},
-	"schedule.archive_interval":   {-time.Second, 367 * 24 * time.Hour},
-	"schedule.lease":              {time.Duration(0), -time.Second, 2 * time.Nanosecond, 999 * time.Millisecond, 25 * time.Hour},
-	"schedule.concurrency":        {0, -1, 1025, math.MaxInt},
-	"schedule.max_attempts":       {0, 1001},
-	"schedule.poll_interval":      {time.Duration(0), -time.Millisecond, 9 * time.Millisecond, 61 * time.Minute},
-	"stack.compressed_levels":     {0, 9, -1},
-	"sweep.interval":              {-time.Millisecond, 25 * time.Hour},
-	"sweep.page_size":             {0, -3, 10_001},
-	"sweep.max_concurrency":       {0, 1025},
-	"sweep.max_archives_per_tick": {0, 1_000_001},
-	"sweep.max_scanned_per_tick":  {0, math.MaxInt},
-	"sweep.max_tracked_agents":    {0, 100_000_001},
-	"sweep.max_tick_duration":     {-time.Second, 25 * time.Hour},
-	"sweep.max_backoff_intervals": {-1, 1025},
-	"sweep.max_agent_duration":    {-time.Second, 25 * time.Hour},
-	"sweep.shutdown_grace":        {-time.Second, 61 * time.Minute},
-	"http.listen":                 {"9464", "localhost", "127.0.0.1:99999", "127.0.0.1:http", ""},
-	"http.token":                  {"two words", "tab\there", "ünïcode"},
-	"http.max_body_bytes":         {0, -1, 255, 1<<30 + 1},
-	"residency.ttl":               {time.Duration(0), -2 * time.Minute, 999 * time.Millisecond, 25 * time.Hour},
-	"log.level":                   {"verbose", "INFO", ""},
-	"log.format":                  {"yaml", "JSON"},
+	"storage.url":                         {"mysql://db/strata", "", "memory://somewhere", "strata.db"},
+	"blob.url":                            {"ftp://bucket/blobs", "sqlite:blobs.db", "memory://x", "webdav://host/dir"},
+	"schedule.url":                        {"redis://127.0.0.1:6379/0", "multisqlite:dir", "fs:dir"},
+	"schedule.archive_interval":           {-time.Second, 367 * 24 * time.Hour},
+	"schedule.lease":                      {time.Duration(0), -time.Second, 2 * time.Nanosecond, 999 * time.Millisecond, 25 * time.Hour},
+	"schedule.concurrency":                {0, -1, 1025, math.MaxInt},
+	"schedule.max_attempts":               {0, 1001},
+	"schedule.poll_interval":              {time.Duration(0), -time.Millisecond, 9 * time.Millisecond, 61 * time.Minute},
+	"stack.compressed_levels":             {0, 9, -1},
+	"sweep.interval":                      {-time.Millisecond, 25 * time.Hour},
+	"sweep.page_size":                     {0, -3, 10_001},
+	"sweep.max_concurrency":               {0, 1025},
+	"sweep.max_archives_per_tick":         {0, 1_000_001},
+	"sweep.max_scanned_per_tick":          {0, math.MaxInt},
+	"sweep.max_tracked_agents":            {0, 100_000_001},
+	"sweep.max_tick_duration":             {-time.Second, 25 * time.Hour},
+	"sweep.max_backoff_intervals":         {-1, 1025},
+	"sweep.max_agent_duration":            {-time.Second, 25 * time.Hour},
+	"sweep.shutdown_grace":                {-time.Second, 61 * time.Minute},
+	"sweep.durable_min_idle":              {-time.Second, 367 * 24 * time.Hour},
+	"sweep.durable_max_archives_per_tick": {-1, 1_000_001},
+	"sweep.durable_max_scanned_per_tick":  {-1, math.MaxInt},
+	"http.listen":                         {"9464", "localhost", "127.0.0.1:99999", "127.0.0.1:http", ""},
+	"http.token":                          {"two words", "tab\there", "ünïcode"},
+	"http.max_body_bytes":                 {0, -1, 255, 1<<30 + 1},
+	"residency.ttl":                       {time.Duration(0), -2 * time.Minute, 999 * time.Millisecond, 25 * time.Hour},
+	"log.level":                           {"verbose", "INFO", ""},
+	"log.format":                          {"yaml", "JSON"},
 }
 
 // wrongType holds, per type, values of another type: as a TOML literal with how the message shows
@@ -425,7 +431,8 @@ interval = "1s"
 	}
 	sections := "[storage], [blob], [schedule], [stack], [sweep], [http], [residency], [log]"
 	keys := "enabled, interval, page_size, max_concurrency, max_archives_per_tick, max_scanned_per_tick, " +
-		"max_tracked_agents, max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace"
+		"max_tracked_agents, max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, " +
+		"durable_min_idle, durable_max_archives_per_tick, durable_max_scanned_per_tick"
 	want := []string{
 		"top: unknown key outside any section: every key belongs to one of " + sections,
 		"executor: unknown section: want one of " + sections,
@@ -488,7 +495,8 @@ func TestEnv_UnknownKeyUnderAKnownSectionIsRejected(t *testing.T) {
 	for variable, want := range map[string]string{
 		"STRATA_SWEEP_PAGESIZE=64": `STRATA_SWEEP_PAGESIZE: [sweep] has no key "pagesize": want STRATA_SWEEP_<KEY> with a key of ` +
 			"enabled, interval, page_size, max_concurrency, max_archives_per_tick, max_scanned_per_tick, max_tracked_agents, " +
-			"max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace",
+			"max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, durable_min_idle, " +
+			"durable_max_archives_per_tick, durable_max_scanned_per_tick",
 		"STRATA_LOG_COLOR=1":  `STRATA_LOG_COLOR: [log] has no key "color": want STRATA_LOG_<KEY> with a key of level, format`,
 		"STRATA_HTTP=x":       `STRATA_HTTP: [http] has no key "": want STRATA_HTTP_<KEY> with a key of listen, token, max_body_bytes`,
 		"STRATA_RESIDENCY_=x": `STRATA_RESIDENCY_: [residency] has no key "": want STRATA_RESIDENCY_<KEY> with a key of ttl`,
@@ -628,7 +636,8 @@ func TestSweeperConfig_CarriesTheSection(t *testing.T) {
 	}
 	want := sweeper.Config{Enabled: false, Interval: 15 * time.Second, PageSize: 64, MaxConcurrency: 2, MaxArchivesPerTick: 1000,
 		MaxScannedPerTick: 10_000, MaxTrackedAgents: 5000, MaxTickDuration: 10 * time.Second, MaxBackoffIntervals: 0,
-		MaxAgentDuration: 5 * time.Second, ShutdownGrace: 10 * time.Second}
+		MaxAgentDuration: 5 * time.Second, ShutdownGrace: 10 * time.Second,
+		DurableMinIdle: 6 * time.Hour, DurableMaxArchivesPerTick: 64, DurableMaxScannedPerTick: 2048}
 	if got := c.SweeperConfig(); got != want {
 		t.Fatalf("SweeperConfig = %+v; want %+v", got, want)
 	}

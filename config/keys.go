@@ -80,6 +80,17 @@ var sections = []section{
 				"scheduled rows running, before it cancels them: one grace for the process. Nothing is lost either way: " +
 				"a cut archive step converges, a cut row runs again when its lease expires.",
 				rule: durationWithin(sweeper.ShutdownGraceRange), untuned: true, note: "0 cancels them at once."},
+			{name: "durable_min_idle", doc: "The durable route's idle age: a durable agent is archived only after it has " +
+				"been inactive this long by the executor's own signal. The durable route is an embedding executor's option " +
+				"(sweeper.Options.DurableRoute, which needs a Locker and that signal); the sidecar never runs it and keeps " +
+				"scheduled rows for durable agents.", rule: durationWithin(sweeper.DurableMinIdleRange), untuned: true,
+				note: "0 reads as the default."},
+			{name: "durable_max_archives_per_tick", doc: "The durable routes' archive budget a tick, apart from " +
+				"max_archives_per_tick: a durable backlog never takes the ephemeral routes' share. Embedding executors only.",
+				unit: "archives", rule: intWithin(sweeper.DurableArchivesRange), untuned: true, note: "0 reads as the default."},
+			{name: "durable_max_scanned_per_tick", doc: "The durable routes' scan budget a tick, apart from " +
+				"max_scanned_per_tick. Embedding executors only.",
+				unit: "keys", rule: intWithin(sweeper.DurableScannedRange), untuned: true, note: "0 reads as the default."},
 		}},
 	{name: "http", doc: "The sidecar's HTTP server: /metrics, /healthz, /readyz and the /v1 endpoints.",
 		keys: []spec{

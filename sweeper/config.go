@@ -9,11 +9,11 @@ import (
 	"github.com/stratalog/strata/oplog"
 )
 
-// SweptModes are the agent modes the sweep archives. It is not configuration: the guard in
+// SweptModes are the agent modes the sweep archives by default. It is not configuration: the guard in
 // schedule.Registrar took the ephemeral per-invocation row off the commit path, so the sweep is the only
 // thing that moves an ephemeral oplog a crashed executor stranded. Durable agents keep their scheduled
-// rows; sweeping them would need the primary to be a route source and an indexed append that tolerates
-// a repeated prefix, both code changes, which is the point of keeping the list out of Config.
+// rows, unless an embedding executor turns on the durable route (Options.DurableRoute), a separate
+// option with requirements of its own.
 var SweptModes = []oplog.Mode{oplog.Ephemeral}
 
 // Config is the sweep's configuration. Every budget is per tick, shared by the tick's routes. The
@@ -51,6 +51,18 @@ type Config struct {
 	// ShutdownGrace is how long shutdown waits for the agents under way before cancelling them
 	// (default 30 s; 0 cancels them at once). Nothing is lost either way.
 	ShutdownGrace time.Duration
+
+	// The durable route's own settings, read only when Options.DurableRoute is on.
+
+	// DurableMinIdle is how long a durable agent must have been inactive (Options.LastActive) before
+	// the durable route archives it (default 24 h, the scheduled row's archive_interval; 0 reads as
+	// the default).
+	DurableMinIdle time.Duration
+	// DurableMaxArchivesPerTick and DurableMaxScannedPerTick are the durable routes' budgets, shared
+	// by them and apart from the ephemeral routes' (defaults 256 and 4096; 0 reads as the default): a
+	// durable backlog never takes what the ephemeral routes need, nor they what it needs.
+	DurableMaxArchivesPerTick int
+	DurableMaxScannedPerTick  int
 }
 
 // Defaults, untuned.
@@ -65,6 +77,10 @@ const (
 	DefaultMaxBackoffIntervals = 8
 	DefaultMaxAgentDuration    = 0 // MaxTickDuration
 	DefaultShutdownGrace       = 30 * time.Second
+
+	DefaultDurableMinIdle            = 24 * time.Hour
+	DefaultDurableMaxArchivesPerTick = DefaultMaxArchivesPerTick
+	DefaultDurableMaxScannedPerTick  = DefaultMaxScannedPerTick
 
 	// MinInterval and MinTickDuration are the clamps: a zero tick duration would be a sweep that runs
 	// and archives nothing, a zero interval a loop that spins.
@@ -86,6 +102,10 @@ func DefaultConfig() Config {
 		MaxBackoffIntervals: DefaultMaxBackoffIntervals,
 		MaxAgentDuration:    DefaultMaxAgentDuration,
 		ShutdownGrace:       DefaultShutdownGrace,
+
+		DurableMinIdle:            DefaultDurableMinIdle,
+		DurableMaxArchivesPerTick: DefaultDurableMaxArchivesPerTick,
+		DurableMaxScannedPerTick:  DefaultDurableMaxScannedPerTick,
 	}
 }
 
@@ -105,6 +125,9 @@ var (
 	MaxBackoffIntervalsRange = Range[int]{Min: 0, Max: 1024}
 	MaxAgentDurationRange    = Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
 	ShutdownGraceRange       = bounds.ShutdownGrace // one grace for the process, the scheduler's too
+	DurableMinIdleRange      = Range[time.Duration]{Min: 0, Max: MaxLease}
+	DurableArchivesRange     = Range[int]{Min: 0, Max: MaxArchivesPerTickRange.Max}
+	DurableScannedRange      = Range[int]{Min: 0, Max: MaxScannedPerTickRange.Max}
 )
 
 func check[T int | time.Duration](name string, v T, r Range[T]) error {
@@ -128,11 +151,15 @@ func (c Config) Validate() error {
 		check("max_backoff_intervals", c.MaxBackoffIntervals, MaxBackoffIntervalsRange),
 		check("max_agent_duration", c.MaxAgentDuration, MaxAgentDurationRange),
 		check("shutdown_grace", c.ShutdownGrace, ShutdownGraceRange),
+		check("durable_min_idle", c.DurableMinIdle, DurableMinIdleRange),
+		check("durable_max_archives_per_tick", c.DurableMaxArchivesPerTick, DurableArchivesRange),
+		check("durable_max_scanned_per_tick", c.DurableMaxScannedPerTick, DurableScannedRange),
 	)
 }
 
 // clamped applies the clamps of the design: interval ≥ 100 ms, max_tick_duration ≥ 1 s, and
-// max_agent_duration ≥ 1 s, 0 reading as max_tick_duration.
+// max_agent_duration ≥ 1 s, 0 reading as max_tick_duration; the durable settings' 0 reads as their
+// defaults.
 func (c Config) clamped() Config {
 	c.Interval = max(c.Interval, MinInterval)
 	c.MaxTickDuration = max(c.MaxTickDuration, MinTickDuration)
@@ -140,5 +167,16 @@ func (c Config) clamped() Config {
 		c.MaxAgentDuration = c.MaxTickDuration
 	}
 	c.MaxAgentDuration = max(c.MaxAgentDuration, MinTickDuration)
+	c.DurableMinIdle = orDefault(c.DurableMinIdle, DefaultDurableMinIdle)
+	c.DurableMaxArchivesPerTick = orDefault(c.DurableMaxArchivesPerTick, DefaultDurableMaxArchivesPerTick)
+	c.DurableMaxScannedPerTick = orDefault(c.DurableMaxScannedPerTick, DefaultDurableMaxScannedPerTick)
 	return c
+}
+
+// orDefault is v, or def where v is 0.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
 }

@@ -19,6 +19,7 @@ const (
 	OutcomeUnparseable   Outcome = "unparseable"    // the key is not component:name
 	OutcomeNotOwned      Outcome = "not_owned"      // the agent's shard belongs to another executor
 	OutcomeResident      Outcome = "resident"       // the executor runs it: skipped with no storage read
+	OutcomeActive        Outcome = "active"         // durable, active within durable_min_idle: skipped with no storage read
 	OutcomeEmpty         Outcome = "empty"          // the layer holds nothing for it any more: forgotten
 	OutcomeUnreadable    Outcome = "unreadable"     // its read failed: skipped this pass, retried the next
 	OutcomeWaiting       Outcome = "waiting"        // sighted; not yet quiet across two passes
@@ -29,8 +30,8 @@ const (
 )
 
 // Outcomes lists every Outcome, in the order of a key's journey.
-var Outcomes = []Outcome{OutcomeUnparseable, OutcomeNotOwned, OutcomeResident, OutcomeUnreadable, OutcomeEmpty, OutcomeWaiting,
-	OutcomeUntracked, OutcomeDeclined, OutcomeArchiveFailed, OutcomeArchived}
+var Outcomes = []Outcome{OutcomeUnparseable, OutcomeNotOwned, OutcomeResident, OutcomeActive, OutcomeUnreadable, OutcomeEmpty,
+	OutcomeWaiting, OutcomeUntracked, OutcomeDeclined, OutcomeArchiveFailed, OutcomeArchived}
 
 // Reason is why a tick stopped before its work was done.
 type Reason string
@@ -152,6 +153,16 @@ func triage(key string, a Assignment, resident func(oplog.AgentID) bool) (agent 
 	return agent, "", true
 }
 
+// idle reports whether a durable agent last active at lastActive (known: the executor knows when; else
+// it has not seen the agent since it started, and the sweep counts the agent active when it was built,
+// at born) has been inactive for minIdle at now.
+func idle(lastActive time.Time, known bool, born, now time.Time, minIdle time.Duration) bool {
+	if !known {
+		lastActive = born
+	}
+	return now.Sub(lastActive) >= minIdle
+}
+
 // sighting is what the tracking table remembers of an agent: its last index and the pass that saw it.
 type sighting struct {
 	index oplog.Index
@@ -235,4 +246,14 @@ func (t tally) merge(other tally) {
 	for o, n := range other {
 		t[o] += n
 	}
+}
+
+// budget is what is left of a tick's budgets for one mode's routes, and how many of them have yet to
+// take their share.
+type budget struct {
+	scan, pages, archives, routes int
+}
+
+func newBudget(scan, pageSize, archives int) *budget {
+	return &budget{scan: scan, pages: pageBudget(scan, pageSize), archives: archives}
 }

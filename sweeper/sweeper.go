@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +50,19 @@ type Options struct {
 	Locker Locker
 	// OnDrained is called once for each agent whose whole stack drained to the bottom layer.
 	OnDrained func(oplog.AgentID, oplog.Mode)
+	// DurableRoute turns on the durable route (DESIGN §12), for an executor that embeds strata: durable
+	// agents are swept too, from the primary (route durable-l0) and each archive layer that can
+	// enumerate its agents (durable-l1, …), each drained to the bottom under the Locker, once
+	// LastActive says the agent has been inactive for Config.DurableMinIdle and the whole stack's last
+	// index is unchanged across two passes. The executor's schedule.Registrar then skips durable rows
+	// (DurableSweepEnabled, wired to the same switch), and turning the route off brings them back. New
+	// refuses it without Locker (the executor's own size-triggered archiving and live workers take the
+	// same lock), LastActive and OnDrained.
+	DurableRoute bool
+	// LastActive reports when the executor last ran or wrote the agent, from memory (asking must not
+	// extend anything's lifetime); false when it does not know, as for an agent it has not seen since
+	// it started: the durable route counts such an agent active when the sweep was built.
+	LastActive func(oplog.AgentID) (time.Time, bool)
 	// MeterProvider receives the sweep's metrics; nil records none.
 	MeterProvider metric.MeterProvider
 	// Logger; nil: slog.Default().
@@ -62,7 +76,7 @@ type Options struct {
 type Route struct {
 	Name   string // "{mode}-l{level}", e.g. "ephemeral-l1"
 	Mode   oplog.Mode
-	Level  int // the source's position among the archive layers, from 1
+	Level  int // the source's position in the stack: 0 the primary (durable-l0 only), 1 the first archive layer
 	Source string
 	Target string
 }
@@ -70,6 +84,9 @@ type Route struct {
 type route struct {
 	Route
 	source oplog.Layer
+	// primaryBelow: a durable route whose source is an archive layer, whose agents' newest entries may
+	// be in the primary, above it: the gate reads the primary's last index too.
+	primaryBelow bool
 
 	// ranges are the bucket ranges a pass walks, from the assignment (walkRanges); the pass is in
 	// ranges[at], continuing from resume. A changed assignment restarts the walk on its own ranges.
@@ -101,6 +118,8 @@ type Sweeper struct {
 	routes []*route
 	m      *instruments
 
+	born time.Time // when New built it: the durable route's "active" for an agent LastActive does not know
+
 	mu        sync.Mutex // one tick at a time
 	tracked   int        // entries over every route's table
 	hits      int        // consecutive ticks that hit their deadline
@@ -130,20 +149,40 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.DurableRoute {
+		var missing []string
+		if opts.Locker == nil {
+			missing = append(missing, "a Locker")
+		}
+		if opts.LastActive == nil {
+			missing = append(missing, "LastActive")
+		}
+		if opts.OnDrained == nil {
+			missing = append(missing, "OnDrained")
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("%w: it needs %s", ErrDurableRouteRefused, strings.Join(missing, ", "))
+		}
+	}
 	s := &Sweeper{cfg: cfg.clamped(), stack: stack, opts: opts, log: opts.Logger,
-		reasons: slices.Clone(opts.StandDownReasons)}
+		reasons: slices.Clone(opts.StandDownReasons), born: opts.Now()}
 	// Layers are told apart by their position in the stack, never by ==: a Layer's dynamic type need
 	// not be comparable.
-	archives := stack.Archives()
-	for _, mode := range SweptModes {
-		for i, layer := range archives[:len(archives)-1] {
+	layers := stack.Layers()
+	modes := SweptModes
+	if opts.DurableRoute {
+		modes = append(slices.Clone(SweptModes), oplog.Durable)
+	}
+	for _, mode := range modes {
+		for level, layer := range layers[:len(layers)-1] {
 			if _, scans := layer.ScanNamespace(mode); !scans {
 				continue
 			}
 			s.routes = append(s.routes, &route{
-				Route: Route{Name: fmt.Sprintf("%s-l%d", mode, i+1), Mode: mode, Level: i + 1,
-					Source: layer.Name(), Target: archives[i+1].Name()},
-				source: layer, pass: 1, seen: map[string]sighting{},
+				Route: Route{Name: fmt.Sprintf("%s-l%d", mode, level), Mode: mode, Level: level,
+					Source: layer.Name(), Target: layers[level+1].Name()},
+				source: layer, primaryBelow: mode == oplog.Durable && level > 0,
+				pass: 1, seen: map[string]sighting{},
 			})
 		}
 	}
@@ -154,6 +193,13 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	s.status.NextWait = s.cfg.Interval
 	return s, nil
 }
+
+// ErrDurableRouteRefused is New's error for Options.DurableRoute without what the route needs.
+var ErrDurableRouteRefused = errors.New("the durable route is refused")
+
+// DurableRouteOn reports whether the durable route runs: the value for the executor's
+// schedule.Registrar.DurableSweepEnabled, so that durable rows come back when it does not.
+func (s *Sweeper) DurableRouteOn() bool { return s.cfg.Enabled && s.opts.DurableRoute }
 
 // Routes returns the routes in stack order.
 func (s *Sweeper) Routes() []Route {
@@ -245,26 +291,33 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	// finish but cannot be held by them for longer than that.
 	stepBase, release := grace.After(ctx, s.cfg.ShutdownGrace, errShutdownGrace)
 	defer release()
-	scanLeft := s.cfg.MaxScannedPerTick
-	pagesLeft := pageBudget(scanLeft, s.cfg.PageSize)
-	archivesLeft := s.cfg.MaxArchivesPerTick
+	// Each mode's routes share budgets of their own: a durable backlog never takes the ephemeral
+	// routes' share, nor they its.
+	left := map[oplog.Mode]*budget{
+		oplog.Ephemeral: newBudget(s.cfg.MaxScannedPerTick, s.cfg.PageSize, s.cfg.MaxArchivesPerTick),
+		oplog.Durable:   newBudget(s.cfg.DurableMaxScannedPerTick, s.cfg.PageSize, s.cfg.DurableMaxArchivesPerTick),
+	}
 
 	starved := make([]bool, len(s.routes))
 	for i, r := range s.routes {
 		starved[i] = r.starved
 	}
 	sequence := order(starved)
+	for _, r := range s.routes {
+		left[r.Mode].routes++
+	}
 	reports := make([]RouteReport, len(s.routes))
 	work := make([][]candidate, len(s.routes))
 
 	// Scan phase: walk and decide. Nothing is archived until every walk has stopped, because an archive
 	// step deletes keys under a cursor.
-	for n, i := range sequence {
+	for _, i := range sequence {
 		r := s.routes[i]
 		rr := &reports[i]
 		*rr = RouteReport{Route: r.Name, Outcomes: tally{}}
-		left := len(sequence) - n
-		scanShare, pageShare, archiveShare := share(scanLeft, left), share(pagesLeft, left), share(archivesLeft, left)
+		b := left[r.Mode]
+		scanShare, pageShare, archiveShare := share(b.scan, b.routes), share(b.pages, b.routes), share(b.archives, b.routes)
+		b.routes--
 		switch reason := stopReason(ctx, tickCtx); {
 		case reason != "":
 			rr.Truncated, r.starved = reason, true
@@ -286,9 +339,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 			// can archive: the rest wait for the next tick, which the report must say.
 			rr.Truncated = ReasonArchiveBudget
 		}
-		scanLeft -= rr.Scanned
-		pagesLeft -= rr.Pages
-		archivesLeft -= afforded
+		b.scan -= rr.Scanned
+		b.pages -= rr.Pages
+		b.archives -= afforded
 	}
 
 	// Archive phase.
@@ -427,23 +480,54 @@ func (s *Sweeper) sight(ctx context.Context, r *route, a Assignment, page is.Pag
 	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, s.cfg.MaxConcurrency)
+	now := s.opts.Now()
 	for i, key := range page.Keys {
 		sg := &sights[i]
 		sg.agent, sg.outcome, sg.worth = triage(key, a, s.opts.Residency)
+		if sg.worth && r.Mode == oplog.Durable && !s.idle(sg.agent, now) {
+			sg.outcome, sg.worth = OutcomeActive, false
+		}
 		switch {
 		case !sg.worth:
-		case ids != nil:
+		case ids != nil && !r.primaryBelow:
 			sg.last, sg.exists = oplog.Index(ids[i]), true
 		default:
+			var fromPage *oplog.Index
+			if ids != nil {
+				fromPage = new(oplog.Index(ids[i]))
+			}
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
-				sg.last, sg.exists, sg.err = r.source.LastIndex(ctx, sg.agent, r.Mode)
+				sg.last, sg.exists, sg.err = s.gateIndex(ctx, r, sg.agent, fromPage)
 			})
 		}
 	}
 	wg.Wait()
 	return sights
+}
+
+// gateIndex is the last index the quiet gate compares for an agent the route found: the source's
+// (fromPage, when the page carried it), or on a durable route from an archive layer the whole
+// stack's, whose newest entries a live durable agent writes to the primary above the source.
+func (s *Sweeper) gateIndex(ctx context.Context, r *route, agent oplog.AgentID, fromPage *oplog.Index) (oplog.Index, bool, error) {
+	if r.primaryBelow {
+		last, ok, err := s.stack.Primary().LastIndex(ctx, agent, r.Mode)
+		if err != nil || ok {
+			return last, ok, err
+		}
+	}
+	if fromPage != nil {
+		return *fromPage, true, nil
+	}
+	return r.source.LastIndex(ctx, agent, r.Mode)
+}
+
+// idle reports whether a durable agent has been inactive for DurableMinIdle at now, by the executor's
+// LastActive.
+func (s *Sweeper) idle(agent oplog.AgentID, now time.Time) bool {
+	at, known := s.opts.LastActive(agent)
+	return idle(at, known, s.born, now, s.cfg.DurableMinIdle)
 }
 
 // decide runs one sighted key through the quiet gate. An empty outcome means the agent passed the gate
@@ -614,10 +698,31 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 		}
 		defer unlock()
 	}
-	// The drain re-checks the gate with its first read: the layer's last index, read with the agent's
-	// first chunk, must still be the one the gate saw.
 	var err error
-	res.drained, err = s.stack.DrainSeen(ctx, c.agent, r.Mode, r.Level, c.index)
+	if r.Mode == oplog.Durable {
+		// Under the Locker nothing writes the agent until the drain ends: the gate is re-checked once,
+		// over the whole stack, and the stack drained to the bottom.
+		if !s.idle(c.agent, s.opts.Now()) {
+			res.outcome, res.current = OutcomeDeclined, c.index // active again since the scan
+			return res
+		}
+		last, exists, err := s.stack.LastIndex(ctx, c.agent, r.Mode)
+		switch {
+		case err != nil:
+			return failed("read last index", err)
+		case !exists:
+			res.outcome = OutcomeDeclined // gone
+			return res
+		case last != c.index:
+			res.outcome, res.current = OutcomeDeclined, last // moved on since the gate
+			return res
+		}
+		res.drained, err = s.stack.Drain(ctx, c.agent, r.Mode)
+	} else {
+		// The drain re-checks the gate with its first read: the layer's last index, read with the
+		// agent's first chunk, must still be the one the gate saw.
+		res.drained, err = s.stack.DrainSeen(ctx, c.agent, r.Mode, r.Level, c.index)
+	}
 	var movedOn *oplog.MovedOnError
 	switch {
 	case errors.As(err, &movedOn):
