@@ -83,3 +83,104 @@ func Example_embeddedExecutor() {
 	// entry 1: add item
 	// entry 2: checkout
 }
+
+// agentMutexes is an executor's per-agent lock: its workers and its own size-triggered archiving hold
+// an agent's mutex while they write or move it, and the durable route takes it through TryLock.
+type agentMutexes struct {
+	mu    sync.Mutex
+	locks map[oplog.AgentID]*sync.Mutex
+}
+
+func (l *agentMutexes) get(a oplog.AgentID) *sync.Mutex {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.locks[a] == nil {
+		l.locks[a] = &sync.Mutex{}
+	}
+	return l.locks[a]
+}
+
+func (l *agentMutexes) TryLock(_ context.Context, a oplog.AgentID, _ oplog.Mode) (func(), bool, error) {
+	m := l.get(a)
+	if !m.TryLock() {
+		return nil, false, nil // busy: the sweep declines and asks again on a later pass
+	}
+	return m.Unlock, true, nil
+}
+
+// The durable route, for an executor that embeds strata: durable agents are swept too, so no durable
+// commit path registers a row either. It needs the executor's Locker, its idle signal (LastActive,
+// from memory) and OnDrained; the Registrar's DurableSweepEnabled is wired to the sweep's switch, so
+// that turning the route off brings the rows back.
+func Example_durableRoute() {
+	ctx := context.Background()
+	st, blobs := memory.New(), memory.NewBlobStore()
+	level1, _ := archive.NewCompressed(st, 1)
+	bottom, _ := archive.NewBlob(blobs, 0)
+	stack, _ := oplog.NewStack(oplog.NewPrimary(st), level1, bottom)
+
+	locks := &agentMutexes{locks: map[oplog.AgentID]*sync.Mutex{}}
+	var mu sync.Mutex
+	lastActive := map[oplog.AgentID]time.Time{}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) // the executor's clock, here a fixed one
+
+	cfg := sweeper.DefaultConfig() // durable_min_idle: 24 h
+	drained := make(chan oplog.AgentID, 1)
+	sw, err := sweeper.New(cfg, stack, sweeper.Options{
+		Shards: func() (sweeper.Assignment, bool) {
+			return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true
+		},
+		DurableRoute: true,
+		Locker:       locks,
+		LastActive: func(a oplog.AgentID) (time.Time, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			t, ok := lastActive[a]
+			return t, ok
+		},
+		OnDrained: func(a oplog.AgentID, _ oplog.Mode) { drained <- a },
+		Now:       func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	registrar := &schedule.Registrar{
+		Store:               memory.NewScheduleStore(),
+		SweepEnabled:        func() bool { return cfg.Enabled },
+		DurableSweepEnabled: sw.DurableRouteOn,
+		ArchiveInterval:     cfg.DurableMinIdle,
+	}
+
+	// A durable agent runs, under its lock, and goes idle.
+	agent := oplog.AgentID{Component: "crm", Name: "account-7"}
+	m := locks.get(agent)
+	m.Lock()
+	_ = stack.Append(ctx, agent, oplog.Durable, []oplog.Entry{{Index: 1, Payload: []byte("opened")}, {Index: 2, Payload: []byte("renewed")}})
+	mu.Lock()
+	lastActive[agent] = now
+	mu.Unlock()
+	m.Unlock()
+	wrote, _ := registrar.RegisterArchiveIfNeeded(ctx, agent, oplog.Durable, schedule.StatusIdle, 2)
+	fmt.Println("scheduled row on the commit path:", wrote)
+
+	rep := sw.SweepOnce(ctx)
+	fmt.Println("within the idle age:", rep.Outcomes[sweeper.OutcomeActive], "active")
+
+	mu.Lock()
+	now = now.Add(25 * time.Hour) // a day later, untouched
+	mu.Unlock()
+	sw.SweepOnce(ctx) // first sighting
+	sw.SweepOnce(ctx) // unchanged across two passes: drained under the lock
+	fmt.Println("archived by the durable route:", (<-drained).Key())
+	entries, _ := stack.Read(ctx, agent, oplog.Durable, 1, 10)
+	for _, e := range entries {
+		fmt.Printf("entry %d: %s\n", e.Index, e.Payload)
+	}
+	// Output:
+	// scheduled row on the commit path: false
+	// within the idle age: 1 active
+	// archived by the durable route: crm:account-7
+	// entry 1: opened
+	// entry 2: renewed
+}
