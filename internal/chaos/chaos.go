@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,13 +92,17 @@ type Phases struct {
 
 // RunA is one run of scenario A.
 type RunA struct {
-	SweepOn   bool
-	Ephemeral Phases
-	Durable   Phases
-	Checks    Checks
-	series    []point
-	faultFrom float64
-	faultTo   float64
+	SweepOn bool
+	// DurableRoute: the sweep runs the durable route too (DESIGN §12), and durable agents register no
+	// row either.
+	DurableRoute bool
+	Ephemeral    Phases
+	Durable      Phases
+	Checks       Checks
+	series       []point // ephemeral p50 over time
+	durable      []point // durable p50 over time
+	faultFrom    float64
+	faultTo      float64
 }
 
 // RunB is one run of scenario B.
@@ -184,16 +189,16 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if opts.Scenarios == "" {
 		opts.Scenarios = "AB"
 	}
-	for _, on := range []bool{false, true} {
+	for _, v := range []struct{ sweep, durable bool }{{false, false}, {true, false}, {true, true}} {
 		if !strings.Contains(opts.Scenarios, "A") {
 			break
 		}
-		r, err := b.scenarioA(ctx, on)
+		r, err := b.scenarioA(ctx, v.sweep, v.durable)
 		if err != nil {
 			return res, err
 		}
 		res.A = append(res.A, r)
-		res.Failures = append(res.Failures, r.Checks.failures(fmt.Sprintf("A sweep %s", onOff(on)))...)
+		res.Failures = append(res.Failures, r.Checks.failures("A "+r.label())...)
 	}
 	for _, mode := range []string{"off", "no-deadline", "deadline"} {
 		if !strings.Contains(opts.Scenarios, "B") {
@@ -231,6 +236,16 @@ func onOff(on bool) string {
 	}
 	return "off"
 }
+
+// sweepLabel names a scenario A run's sweep: off, on (ephemeral only), or on with the durable route.
+func sweepLabel(sweepOn, durableRoute bool) string {
+	if durableRoute {
+		return "on + durable route"
+	}
+	return onOff(sweepOn)
+}
+
+func (r RunA) label() string { return "sweep " + sweepLabel(r.SweepOn, r.DurableRoute) }
 
 // schema makes a schema of the run's own and returns a URL naming it (through the proxy when via is
 // set) and a function that drops it.
@@ -342,9 +357,9 @@ func (c *countingHandler) firedTwice() int {
 }
 
 // scenarioA: latency on the scheduler store, the sweep off (registration on the commit path) or on.
-func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
-	label := "A sweep " + onOff(sweepOn)
-	fmt.Fprintf(b.out, "\nscenario A, sweep %s: %s on the scheduler store\n", onOff(sweepOn), b.opts.Latency)
+func (b *bench) scenarioA(ctx context.Context, sweepOn, durableRoute bool) (RunA, error) {
+	label := "A sweep " + sweepLabel(sweepOn, durableRoute)
+	fmt.Fprintf(b.out, "\nscenario A, sweep %s: %s on the scheduler store\n", sweepLabel(sweepOn, durableRoute), b.opts.Latency)
 	proxy, err := b.proxy()
 	if err != nil {
 		return RunA{}, err
@@ -383,8 +398,13 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 		return RunA{}, err
 	}
 
-	reg := &schedule.Registrar{Store: sched, SweepEnabled: func() bool { return sweepOn }, ArchiveInterval: time.Second}
-	exec := newExecutor(stack, reg, b.t.think, b.t.entries, b.t.loseRate, fmt.Sprintf("a-%s-%x", onOff(sweepOn), b.rng.Uint32()))
+	reg := &schedule.Registrar{Store: sched, SweepEnabled: func() bool { return sweepOn },
+		DurableSweepEnabled: func() bool { return durableRoute }, ArchiveInterval: time.Second}
+	runName := onOff(sweepOn)
+	if durableRoute {
+		runName = "durable"
+	}
+	exec := newExecutor(stack, reg, b.t.think, b.t.entries, b.t.loseRate, fmt.Sprintf("a-%s-%x", runName, b.rng.Uint32()))
 	handler := &countingHandler{h: &schedule.ArchiveHandler{Stack: stack, Store: sched}, done: map[int64]int{}}
 	owned := func() []oplog.BucketRange { return oplog.ShardsBuckets(1, []int{0}) }
 	// Rows are due a second after registration here (a day in production), so the scheduler works
@@ -399,7 +419,7 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 	var bg sync.WaitGroup
 	bg.Go(func() { scheduler.Run(bgCtx) })
 	if sweepOn {
-		sw, err := b.sweeper(stack, exec, b.t.interval, b.t.tickDuration, sweeper.DefaultMaxBackoffIntervals)
+		sw, err := b.sweeper(stack, exec, b.t.interval, b.t.tickDuration, sweeper.DefaultMaxBackoffIntervals, durableRoute)
 		if err != nil {
 			stopBg()
 			return RunA{}, err
@@ -428,15 +448,22 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 	// The sweep's budgets bound how fast it catches up (max_archives_per_tick a tick): wait as long as
 	// the backlog needs at that rate, and then some.
 	ticks := int(exec.lost.Load())/sweeper.DefaultMaxArchivesPerTick + 3
-	left := b.awaitArchived(ctx, stack, exec, time.Duration(ticks)*b.t.interval+2*time.Minute)
+	modes := []oplog.Mode{oplog.Ephemeral}
+	if durableRoute {
+		// The durable route must archive every durable agent too, once idle for durable_min_idle.
+		modes = append(modes, oplog.Durable)
+		ticks += len(exec.written())/sweeper.DefaultDurableMaxArchivesPerTick + int(durableMinIdle/b.t.interval) + 1
+	}
+	left := b.awaitArchived(ctx, stack, exec, modes, time.Duration(ticks)*b.t.interval+2*time.Minute)
 	stopBg()
 	bg.Wait()
 
 	samples := exec.rec.all()
-	run := RunA{SweepOn: sweepOn,
+	run := RunA{SweepOn: sweepOn, DurableRoute: durableRoute,
 		Ephemeral: Phases{phaseStats(samples, base, false, b.t.timeout), phaseStats(samples, fault, false, b.t.timeout), phaseStats(samples, recov, false, b.t.timeout)},
 		Durable:   Phases{phaseStats(samples, base, true, b.t.timeout), phaseStats(samples, fault, true, b.t.timeout), phaseStats(samples, recov, true, b.t.timeout)},
 		series:    p50Series(samples, start, time.Second, false),
+		durable:   p50Series(samples, start, time.Second, true),
 		faultFrom: fault.from.Sub(start).Seconds(), faultTo: fault.to.Sub(start).Seconds(),
 	}
 	run.Checks = b.verify(ctx, stack, exec)
@@ -448,28 +475,45 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn bool) (RunA, error) {
 	return run, nil
 }
 
-func (b *bench) sweeper(stack *oplog.Stack, exec *executor, interval, tick time.Duration, backoff int) (*sweeper.Sweeper, error) {
+// durableMinIdle is the durable route's idle age in scenario A: seconds, as the scheduled rows are due a
+// second after registration here (a day in production each).
+const durableMinIdle = 2 * time.Second
+
+func (b *bench) sweeper(stack *oplog.Stack, exec *executor, interval, tick time.Duration, backoff int, durableRoute bool) (*sweeper.Sweeper, error) {
 	cfg := sweeper.DefaultConfig()
 	cfg.Interval, cfg.MaxTickDuration, cfg.MaxBackoffIntervals = interval, tick, backoff
-	return sweeper.New(cfg, stack, sweeper.Options{
+	opts := sweeper.Options{
 		Residency: exec.isResident,
 		Shards:    func() (sweeper.Assignment, bool) { return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true },
 		Logger:    b.log,
-	})
+	}
+	if durableRoute {
+		cfg.DurableMinIdle = durableMinIdle
+		opts.DurableRoute, opts.Locker, opts.LastActive = true, exec, exec.lastActive
+		opts.OnDrained = func(oplog.AgentID, oplog.Mode) {}
+	}
+	return sweeper.New(cfg, stack, opts)
 }
 
-// awaitArchived waits until no ephemeral agent of the run is left in compressed level 1 and returns how
-// many still are when the wait gives up.
-func (b *bench) awaitArchived(ctx context.Context, stack *oplog.Stack, exec *executor, limit time.Duration) int {
+// awaitArchived waits until no agent of the run of the given modes is left above the bottom layer
+// (for an ephemeral one: in compressed level 1) and returns how many still are when the wait gives up.
+func (b *bench) awaitArchived(ctx context.Context, stack *oplog.Stack, exec *executor, modes []oplog.Mode, limit time.Duration) int {
 	deadline := time.Now().Add(limit)
+	layers := stack.Layers()
 	for {
 		left := 0
 		for _, w := range exec.written() {
-			if w.mode != oplog.Ephemeral {
+			if !slices.Contains(modes, w.mode) {
 				continue
 			}
-			if _, ok, err := stack.Archives()[0].LastIndex(ctx, w.agent, w.mode); err != nil || ok {
-				left++
+			for i, l := range layers[:len(layers)-1] {
+				if w.mode == oplog.Ephemeral && i == 0 {
+					continue // an ephemeral oplog never touches the primary
+				}
+				if _, ok, err := l.LastIndex(ctx, w.agent, w.mode); err != nil || ok {
+					left++
+					break
+				}
 			}
 		}
 		if left == 0 || time.Now().After(deadline) || ctx.Err() != nil {
@@ -546,10 +590,10 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 	var sw *sweeper.Sweeper
 	switch mode {
 	case "deadline":
-		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), b.bTick(), sweeper.DefaultMaxBackoffIntervals)
+		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), b.bTick(), sweeper.DefaultMaxBackoffIntervals, false)
 	case "no-deadline":
 		// No deadline (a tick runs until its budgets are spent) and no backoff (a cap of 0 reads as 1).
-		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), 24*time.Hour, 0)
+		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), 24*time.Hour, 0, false)
 	}
 	if err != nil {
 		stopBg()
@@ -592,14 +636,14 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 	bg.Wait()
 
 	// After the fault, a sweep with the default limits archives whatever is stranded, whichever mode ran.
-	cleanup, err := b.sweeper(sweepStack, exec, 200*time.Millisecond, 30*time.Second, 1)
+	cleanup, err := b.sweeper(sweepStack, exec, 200*time.Millisecond, 30*time.Second, 1, false)
 	if err != nil {
 		return RunB{}, err
 	}
 	cleanCtx, stopClean := context.WithCancel(ctx)
 	cleanDone := make(chan struct{})
 	go func() { cleanup.Run(cleanCtx); close(cleanDone) }()
-	left := b.awaitArchived(ctx, execStack, exec, 120*time.Second)
+	left := b.awaitArchived(ctx, execStack, exec, []oplog.Mode{oplog.Ephemeral}, 120*time.Second)
 	stopClean()
 	<-cleanDone
 

@@ -30,6 +30,9 @@ type executor struct {
 	mu       sync.Mutex
 	resident map[oplog.AgentID]bool
 	agents   []written
+	active   map[oplog.AgentID]time.Time // when each agent last wrote: the durable route's idle signal
+
+	locks sync.Map // oplog.AgentID → *sync.Mutex: an invocation holds its agent's while it commits
 
 	seq     atomic.Int64
 	lost    atomic.Int64
@@ -47,7 +50,7 @@ type written struct {
 
 func newExecutor(stack *oplog.Stack, reg *schedule.Registrar, think time.Duration, entries int, loseRate float64, run string) *executor {
 	return &executor{stack: stack, registrar: reg, rec: &recorder{}, think: think, entries: entries, loseRate: loseRate,
-		run: run, resident: map[oplog.AgentID]bool{}}
+		run: run, resident: map[oplog.AgentID]bool{}, active: map[oplog.AgentID]time.Time{}}
 }
 
 // isResident is the sweep's residency callback: the agents whose invocation is under way.
@@ -67,6 +70,30 @@ func (e *executor) setResident(a oplog.AgentID, on bool) {
 	}
 }
 
+// lock is the agent's mutex, which the invocation holds while it commits and the durable route takes
+// through TryLock.
+func (e *executor) lock(a oplog.AgentID) *sync.Mutex {
+	m, _ := e.locks.LoadOrStore(a, &sync.Mutex{})
+	return m.(*sync.Mutex)
+}
+
+// TryLock is the executor's sweeper.Locker.
+func (e *executor) TryLock(_ context.Context, a oplog.AgentID, _ oplog.Mode) (func(), bool, error) {
+	m := e.lock(a)
+	if !m.TryLock() {
+		return nil, false, nil
+	}
+	return m.Unlock, true, nil
+}
+
+// lastActive is the durable route's idle signal: when the agent last wrote, from memory.
+func (e *executor) lastActive(a oplog.AgentID) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.active[a]
+	return t, ok
+}
+
 // work runs invocations of mode until ctx ends.
 func (e *executor) work(ctx context.Context, mode oplog.Mode, rng *rand.Rand) {
 	for ctx.Err() == nil {
@@ -84,6 +111,13 @@ func (e *executor) invoke(ctx context.Context, mode oplog.Mode, loseTeardown boo
 	for i := range entries {
 		entries[i] = oplog.Entry{Index: oplog.Index(i + 1), Payload: payload(agent, i+1)}
 	}
+	// The commit path runs under the agent's lock: the durable route drains an agent only under it.
+	m := e.lock(agent)
+	m.Lock()
+	defer m.Unlock()
+	e.mu.Lock()
+	e.active[agent] = time.Now()
+	e.mu.Unlock()
 	// Work is never abandoned: a slow store makes the invocation slow, it does not drop it, so the
 	// read-back check can demand every entry. The context only ends with the run.
 	if err := retry(ctx, func() error {

@@ -14,8 +14,9 @@ import (
 	"golang.org/x/image/math/fixed"
 )
 
-// writePlot draws ephemeral invocation p50 over time, one panel per scenario, the fault window shaded,
-// p50 on a log scale (the collapse spans three orders of magnitude).
+// writePlot draws invocation p50 over time, one panel per scenario, the fault window shaded, p50 on a
+// log scale (the collapse spans three orders of magnitude): scenario A's ephemeral stream in each run,
+// and its durable stream with the sweep off (rows on its commit path) and with the durable route.
 func writePlot(path string, res Result) error {
 	const w, h = 1200, 900
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
@@ -23,14 +24,19 @@ func writePlot(path string, res Result) error {
 	var a, b []line
 	var aFault, bFault [2]float64
 	for _, r := range res.A {
-		a = append(a, line{label: "sweep " + onOff(r.SweepOn), pts: r.series})
+		a = append(a, line{label: "ephemeral, " + r.label(), pts: r.series})
 		aFault = [2]float64{r.faultFrom, r.faultTo}
+	}
+	for _, r := range res.A {
+		if !r.SweepOn || r.DurableRoute { // the durable stream: registering rows, and swept instead
+			a = append(a, line{label: "durable, " + r.label(), pts: r.durable})
+		}
 	}
 	for _, r := range res.B {
 		b = append(b, line{label: "sweep " + r.Mode, pts: r.series})
 		bFault = [2]float64{r.faultFrom, r.faultTo}
 	}
-	panel(img, image.Rect(70, 40, w-30, h/2-40), "Scenario A: latency on the scheduler store (ephemeral invocation p50)", a, aFault)
+	panel(img, image.Rect(70, 40, w-30, h/2-40), "Scenario A: latency on the scheduler store (invocation p50)", a, aFault)
 	panel(img, image.Rect(70, h/2+40, w-30, h-40), "Scenario B: latency on the shared indexed store (ephemeral invocation p50)", b, bFault)
 	f, err := os.Create(path)
 	if err != nil {
@@ -48,7 +54,8 @@ type line struct {
 	pts   []point
 }
 
-var palette = []color.RGBA{{200, 40, 40, 255}, {30, 110, 200, 255}, {40, 150, 60, 255}, {150, 80, 180, 255}}
+var palette = []color.RGBA{{200, 40, 40, 255}, {30, 110, 200, 255}, {40, 150, 60, 255}, {150, 80, 180, 255},
+	{230, 140, 20, 255}, {20, 160, 170, 255}}
 
 func panel(img *image.RGBA, r image.Rectangle, title string, lines []line, fault [2]float64) {
 	maxX, minY, maxY := 1.0, math.Inf(1), math.Inf(-1)

@@ -38,15 +38,19 @@ func markdown(res Result, t timings, latency, bInterval, bTick time.Duration) st
 			if stream == "durable" {
 				p = r.Durable
 			}
-			fmt.Fprintf(&sb, "| %s | %s | %s | %s | %.0f | %s | %s | %.0f | **%s** |\n", stream, onOff(r.SweepOn),
+			fmt.Fprintf(&sb, "| %s | %s | %s | %s | %.0f | %s | %s | %.0f | **%s** |\n", stream, sweepLabel(r.SweepOn, r.DurableRoute),
 				ms(p.Baseline.P50), ms(p.Baseline.P90), p.Baseline.Throughput, ms(p.Fault.P50), ms(p.Fault.P90), p.Fault.Throughput,
 				ratio(p.Fault.P50, p.Baseline.P50))
 		}
 	}
 	for _, r := range res.A {
-		if r.SweepOn {
+		switch {
+		case r.DurableRoute:
+			fmt.Fprintf(&sb, "\nSweep on with the durable route: ephemeral fault p50 is %s of baseline, durable %s (targets ≤ 1.05x each).",
+				ratio(r.Ephemeral.Fault.P50, r.Ephemeral.Baseline.P50), ratio(r.Durable.Fault.P50, r.Durable.Baseline.P50))
+		case r.SweepOn:
 			fmt.Fprintf(&sb, "\nSweep on: ephemeral fault p50 is %s of baseline (target ≤ 1.05x).", ratio(r.Ephemeral.Fault.P50, r.Ephemeral.Baseline.P50))
-		} else {
+		default:
 			fmt.Fprintf(&sb, "\nSweep off: ephemeral fault p50 is %s of baseline (the collapse; target ≥ 20x).", ratio(r.Ephemeral.Fault.P50, r.Ephemeral.Baseline.P50))
 		}
 	}
@@ -75,7 +79,7 @@ func markdown(res Result, t timings, latency, bInterval, bTick time.Duration) st
 	sb.WriteString("### Correctness\n\n| run | invocations | teardown drains lost | not read back exactly once | stranded oplogs left after the fault | scheduled rows fired twice |\n|---|---|---|---|---|---|\n")
 	for _, r := range res.A {
 		c := r.Checks
-		fmt.Fprintf(&sb, "| A sweep %s | %d | %d | %d | %d | %d |\n", onOff(r.SweepOn), c.Invocations, c.Lost, c.Mismatched, c.StillStranded, c.FiredTwice)
+		fmt.Fprintf(&sb, "| A %s | %d | %d | %d | %d | %d |\n", r.label(), c.Invocations, c.Lost, c.Mismatched, c.StillStranded, c.FiredTwice)
 	}
 	for _, r := range res.B {
 		c := r.Checks
