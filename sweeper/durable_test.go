@@ -1,7 +1,6 @@
 package sweeper_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,35 +13,8 @@ import (
 	"github.com/stratalog/strata/sweeper"
 )
 
-// agentLocks is an executor's Locker: one mutex an agent, which its own workers and size-triggered
-// archiving take as well.
-type agentLocks struct {
-	mu    sync.Mutex
-	locks map[oplog.AgentID]*sync.Mutex
-}
-
-func (l *agentLocks) of(a oplog.AgentID) *sync.Mutex {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.locks == nil {
-		l.locks = map[oplog.AgentID]*sync.Mutex{}
-	}
-	if l.locks[a] == nil {
-		l.locks[a] = &sync.Mutex{}
-	}
-	return l.locks[a]
-}
-
-func (l *agentLocks) TryLock(_ context.Context, a oplog.AgentID, _ oplog.Mode) (func(), bool, error) {
-	m := l.of(a)
-	if !m.TryLock() {
-		return nil, false, nil
-	}
-	return m.Unlock, true, nil
-}
-
-// durableClock is the executor's idle signal and the sweep's clock: agents are idle since idleSince
-// unless touched.
+// durableClock is the executor's idle signal and the sweep's clock: an agent is idle for two days
+// when the test starts, unless touched since.
 type durableClock struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -79,7 +51,7 @@ func (c *durableClock) LastActive(a oplog.AgentID) (time.Time, bool) {
 }
 
 // withDurableRoute turns the durable route on with the executor's Locker and idle signal.
-func withDurableRoute(locks *agentLocks, clock *durableClock) envOption {
+func withDurableRoute(locks *agentMutexes, clock *durableClock) envOption {
 	return withOptions(func(o *sweeper.Options) {
 		o.DurableRoute, o.Locker, o.LastActive, o.Now = true, locks, clock.LastActive, clock.Now
 	})
@@ -107,18 +79,7 @@ func durableEntries(a oplog.AgentID, from, n int) []oplog.Entry {
 func (e *env) requireDurable(a oplog.AgentID, n int, archived bool) {
 	e.t.Helper()
 	ctx := e.t.Context()
-	entries, err := e.stack.Read(ctx, a, oplog.Durable, 1, n+10)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if len(entries) != n {
-		e.t.Fatalf("%s: read %d entries, want %d", a, len(entries), n)
-	}
-	for i, en := range entries {
-		if en.Index != oplog.Index(i+1) || string(en.Payload) != fmt.Sprint(a.Name, "#", i+1) {
-			e.t.Fatalf("%s: entry %d is %d %q", a, i, en.Index, en.Payload)
-		}
-	}
+	e.requireReadableIn(a, oplog.Durable, n)
 	layers := e.stack.Layers()
 	above := false
 	for _, l := range layers[:len(layers)-1] {
@@ -134,7 +95,7 @@ func (e *env) requireDurable(a oplog.AgentID, n int, archived bool) {
 }
 
 func TestDurableRoute_IsRefusedWithoutLockerLastActiveAndOnDrained(t *testing.T) {
-	locks, clock := &agentLocks{}, newDurableClock()
+	locks, clock := newAgentMutexes(), newDurableClock()
 	stack := newEnv(t, config()).stack
 	for _, c := range []struct {
 		name    string
@@ -158,7 +119,7 @@ func TestDurableRoute_IsRefusedWithoutLockerLastActiveAndOnDrained(t *testing.T)
 // The opt-in adds a durable route from the primary and from each archive layer above the bottom, after
 // the ephemeral ones; the default has none (TestSweep_NoRouteNamesADurableMode).
 func TestDurableRoute_RoutesStartAtThePrimary(t *testing.T) {
-	e := newEnv(t, config(), withCompressedLevels(2), withDurableRoute(&agentLocks{}, newDurableClock()))
+	e := newEnv(t, config(), withCompressedLevels(2), withDurableRoute(newAgentMutexes(), newDurableClock()))
 	var got []string
 	for _, r := range e.sw.Routes() {
 		got = append(got, fmt.Sprintf("%s %s→%s", r.Name, r.Source, r.Target))
@@ -173,14 +134,14 @@ func TestDurableRoute_RoutesStartAtThePrimary(t *testing.T) {
 	}
 	cfg := config()
 	cfg.Enabled = false
-	if off := newEnv(t, cfg, withDurableRoute(&agentLocks{}, newDurableClock())); off.sw.DurableRouteOn() {
+	if off := newEnv(t, cfg, withDurableRoute(newAgentMutexes(), newDurableClock())); off.sw.DurableRouteOn() {
 		t.Fatal("DurableRouteOn with the sweep disabled")
 	}
 }
 
 func TestDurableRoute_ArchivesAnIdleDurableAgentOnItsSecondPass(t *testing.T) {
 	clock := newDurableClock()
-	e := newEnv(t, config(), withDurableRoute(&agentLocks{}, clock))
+	e := newEnv(t, config(), withDurableRoute(newAgentMutexes(), clock))
 	a := agent("durable-idle")
 	e.writeDurable(a, 1, 5)
 	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeWaiting] != 1 || rep.Outcomes[sweeper.OutcomeArchived] != 0 {
@@ -201,7 +162,7 @@ func TestDurableRoute_ArchivesAnIdleDurableAgentOnItsSecondPass(t *testing.T) {
 // executor does not know counts as active when the sweep was built.
 func TestDurableRoute_NeverArchivesAnAgentActiveWithinTheIdleAge(t *testing.T) {
 	clock := newDurableClock()
-	e := newEnv(t, config(), withDurableRoute(&agentLocks{}, clock))
+	e := newEnv(t, config(), withDurableRoute(newAgentMutexes(), clock))
 	live, unknown := agent("durable-live"), agent("durable-unknown")
 	e.writeDurable(live, 1, 3)
 	e.writeDurable(unknown, 1, 3)
@@ -237,7 +198,7 @@ func TestDurableRoute_NeverArchivesAnAgentActiveWithinTheIdleAge(t *testing.T) {
 // route walks did not change; and the idle signal is asked again under the lock.
 func TestDurableRoute_GatesOnTheWholeStack(t *testing.T) {
 	clock := newDurableClock()
-	e := newEnv(t, config(), withDurableRoute(&agentLocks{}, clock))
+	e := newEnv(t, config(), withDurableRoute(newAgentMutexes(), clock))
 	a := agent("durable-split")
 	e.writeDurable(a, 1, 4)
 	if _, err := e.stack.ArchiveStep(t.Context(), a, oplog.Durable); err != nil { // 1..4 now in compressed-1
@@ -261,7 +222,7 @@ func TestDurableRoute_GatesOnTheWholeStack(t *testing.T) {
 func TestDurableRoute_ADurableBacklogDoesNotStarveTheEphemeralRoute(t *testing.T) {
 	cfg := config()
 	cfg.MaxArchivesPerTick, cfg.DurableMaxArchivesPerTick = 5, 3
-	e := newEnv(t, cfg, withDurableRoute(&agentLocks{}, newDurableClock()))
+	e := newEnv(t, cfg, withDurableRoute(newAgentMutexes(), newDurableClock()))
 	for i := range 20 {
 		e.strand(agent(fmt.Sprint("eph-", i)), 1, 2)
 		e.writeDurable(agent(fmt.Sprint("dur-", i)), 1, 2)
@@ -290,7 +251,7 @@ func TestDurableRoute_ADurableBacklogDoesNotStarveTheEphemeralRoute(t *testing.T
 // entry is read back exactly once, in order, and neither side meets an error.
 func TestDurableRoute_RacesTheExecutorsWritesAndArchivingUnderTheLocker(t *testing.T) {
 	const agents, rounds, perRound = 8, 30, 3
-	locks, clock := &agentLocks{}, newDurableClock()
+	locks, clock := newAgentMutexes(), newDurableClock()
 	cfg := config()
 	cfg.MaxConcurrency = 4
 	e := newEnv(t, cfg, withCompressedLevels(2), withDurableRoute(locks, clock))
@@ -302,7 +263,7 @@ func TestDurableRoute_RacesTheExecutorsWritesAndArchivingUnderTheLocker(t *testi
 		wg.Go(func() {
 			next := 1
 			for round := range rounds {
-				m := locks.of(a)
+				m := locks.get(a)
 				m.Lock()
 				err := e.stack.Append(ctx, a, oplog.Durable, durableEntries(a, next, perRound))
 				if err == nil && round%4 == 3 {

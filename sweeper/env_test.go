@@ -282,7 +282,13 @@ func (e *env) requireStranded(a oplog.AgentID, n int) {
 
 func (e *env) requireReadable(a oplog.AgentID, n int) {
 	e.t.Helper()
-	entries, err := e.stack.Read(e.t.Context(), a, oplog.Ephemeral, 1, n+10)
+	e.requireReadableIn(a, oplog.Ephemeral, n)
+}
+
+// requireReadableIn checks a reader of the agent's oplog of mode gets back exactly entries 1..n.
+func (e *env) requireReadableIn(a oplog.AgentID, mode oplog.Mode, n int) {
+	e.t.Helper()
+	entries, err := e.stack.Read(e.t.Context(), a, mode, 1, n+10)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -91,6 +91,8 @@ type agentMutexes struct {
 	locks map[oplog.AgentID]*sync.Mutex
 }
 
+func newAgentMutexes() *agentMutexes { return &agentMutexes{locks: map[oplog.AgentID]*sync.Mutex{}} }
+
 func (l *agentMutexes) get(a oplog.AgentID) *sync.Mutex {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -119,7 +121,7 @@ func Example_durableRoute() {
 	bottom, _ := archive.NewBlob(blobs, 0)
 	stack, _ := oplog.NewStack(oplog.NewPrimary(st), level1, bottom)
 
-	locks := &agentMutexes{locks: map[oplog.AgentID]*sync.Mutex{}}
+	locks := newAgentMutexes()
 	var mu sync.Mutex
 	lastActive := map[oplog.AgentID]time.Time{}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) // the executor's clock, here a fixed one
