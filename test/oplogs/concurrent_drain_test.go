@@ -254,51 +254,64 @@ func TestOplog_DrainRacedByAWholeDrainBetweenTwoReadsConverges(t *testing.T) {
 		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(3, 4)) }
 		for _, mode := range oplog.Modes {
 			hops := map[oplog.Mode]int{oplog.Durable: 2, oplog.Ephemeral: 1}[mode]
-			// The probe counts the reads of one clean drain.
-			probe := oplogtest.AgentNamed("probe-" + string(mode))
-			if err := writeSmall(t.Context(), plain.Stack, probe, mode, 1, n, fixed()); err != nil {
-				t.Fatal(err)
+			drain := func(st *oplog.Stack, agent oplog.AgentID) (oplog.Drained, error) {
+				return st.Drain(t.Context(), agent, mode)
 			}
-			var cc oplogtest.CallCounter
-			counted := oplogtest.NewLayers(t, cc.Wrap(plain.St), plain.Blobs)
-			counted.Drain(t, probe, mode)
-			calls := cc.Reset()
-			reads := calls[is.OpRead] + calls[is.OpClosest]
-			t.Logf("%s: a clean drain makes %d reads", mode, reads)
-			var failed []string
-			for k := 1; k <= reads; k++ {
-				agent := oplogtest.AgentNamed(fmt.Sprintf("raced-%s-%02d", mode, k))
-				if err := writeSmall(t.Context(), plain.Stack, agent, mode, 1, n, fixed()); err != nil {
-					t.Fatal(err)
-				}
-				var dB oplog.Drained
-				var errB error
-				a := oplogtest.NewLayers(t, afterCall(plain.St, k, func() {
-					dB, errB = plain.Stack.Drain(t.Context(), agent, mode)
-				}), plain.Blobs)
-				dA, errA := a.Stack.Drain(t.Context(), agent, mode)
-				var tally drainTally
-				for _, err := range []error{errA, errB} {
-					if err != nil {
-						tally.errors++
-						tally.note("%v", err)
-					}
-				}
-				checkOnce(t, plain, agent, mode, n, false, &tally)
-				if moved := dA.Moved + dB.Moved; moved != n*hops {
-					tally.note("the drains moved %d+%d entries, want %d in all", dA.Moved, dB.Moved, n*hops)
-					tally.doubled += moved - n*hops
-				}
-				if tally.errors+tally.lost+tally.doubled+tally.overlapping > 0 {
-					failed = append(failed, fmt.Sprintf("after read %d: %d errors, %d lost, %d doubled, %d in overlapping blob chunks %q",
-						k, tally.errors, tally.lost, tally.doubled, tally.overlapping, tally.first))
-				}
-			}
-			if len(failed) > 0 {
+			if failed, reads := raceAfterEachRead(t, plain, "raced-"+string(mode), mode, n, hops, fixed, drain); len(failed) > 0 {
 				t.Errorf("%s: %d of %d interleavings went wrong:\n%s", mode, len(failed), reads, strings.Join(failed, "\n"))
 			}
 		}
 	})
+}
+
+// raceAfterEachRead counts the reads of drainA on a clean agent of n entries, then for each k races
+// drainA on a fresh agent with a whole teardown drain run right after drainA's k-th read (Read,
+// Closest or ClosestLast), and returns what went wrong in each interleaving: errors, entries lost or
+// doubled (the two drains must move n × hops entries in all), blob chunks overlapping.
+func raceAfterEachRead(t *testing.T, plain *oplogtest.Layers, name string, mode oplog.Mode, n, hops int, fixed func() *rand.Rand,
+	drainA func(*oplog.Stack, oplog.AgentID) (oplog.Drained, error)) (failed []string, reads int) {
+	t.Helper()
+	probe := oplogtest.AgentNamed("probe-" + name)
+	if err := writeSmall(t.Context(), plain.Stack, probe, mode, 1, n, fixed()); err != nil {
+		t.Fatal(err)
+	}
+	var cc oplogtest.CallCounter
+	counted := oplogtest.NewLayers(t, cc.Wrap(plain.St), plain.Blobs)
+	if _, err := drainA(counted.Stack, probe); err != nil {
+		t.Fatal(err)
+	}
+	calls := cc.Reset()
+	reads = calls[is.OpRead] + calls[is.OpClosest] + calls[is.OpClosestLast]
+	t.Logf("%s: a clean drain makes %d reads (%v)", name, reads, calls)
+	for k := 1; k <= reads; k++ {
+		agent := oplogtest.AgentNamed(fmt.Sprintf("%s-%02d", name, k))
+		if err := writeSmall(t.Context(), plain.Stack, agent, mode, 1, n, fixed()); err != nil {
+			t.Fatal(err)
+		}
+		var dB oplog.Drained
+		var errB error
+		a := oplogtest.NewLayers(t, afterCall(plain.St, k, func() {
+			dB, errB = plain.Stack.Drain(t.Context(), agent, mode)
+		}), plain.Blobs)
+		dA, errA := drainA(a.Stack, agent)
+		var tally drainTally
+		for _, err := range []error{errA, errB} {
+			if err != nil {
+				tally.errors++
+				tally.note("%v", err)
+			}
+		}
+		checkOnce(t, plain, agent, mode, n, false, &tally)
+		if moved := dA.Moved + dB.Moved; moved != n*hops {
+			tally.note("the drains moved %d+%d entries, want %d in all", dA.Moved, dB.Moved, n*hops)
+			tally.doubled += moved - n*hops
+		}
+		if tally.errors+tally.lost+tally.doubled+tally.overlapping > 0 {
+			failed = append(failed, fmt.Sprintf("after read %d: %d errors, %d lost, %d doubled, %d in overlapping blob chunks %q",
+				k, tally.errors, tally.lost, tally.doubled, tally.overlapping, tally.first))
+		}
+	}
+	return failed, reads
 }
 
 // The sweep's drain (DrainSeen, whose first read is the gate's re-check) raced the same way by an
@@ -309,51 +322,10 @@ func TestOplog_SweepDrainRacedByATeardownDrainBetweenTwoReadsConverges(t *testin
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		plain := oplogtest.NewLayers(t, b.Open(t), nil)
 		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(5, 6)) }
-		probe := oplogtest.AgentNamed("probe-seen")
-		if err := writeSmall(t.Context(), plain.Stack, probe, mode, 1, n, fixed()); err != nil {
-			t.Fatal(err)
+		drain := func(st *oplog.Stack, agent oplog.AgentID) (oplog.Drained, error) {
+			return st.DrainSeen(t.Context(), agent, mode, 1, n)
 		}
-		var cc oplogtest.CallCounter
-		counted := oplogtest.NewLayers(t, cc.Wrap(plain.St), plain.Blobs)
-		if _, err := counted.Stack.DrainSeen(t.Context(), probe, mode, 1, n); err != nil {
-			t.Fatal(err)
-		}
-		calls := cc.Reset()
-		reads := calls[is.OpRead] + calls[is.OpClosest] + calls[is.OpClosestLast]
-		if calls[is.OpClosestLast] != 1 {
-			t.Fatalf("a clean sweep drain made %v", calls)
-		}
-		t.Logf("a clean sweep drain makes %d reads", reads)
-		var failed []string
-		for k := 1; k <= reads; k++ {
-			agent := oplogtest.AgentNamed(fmt.Sprintf("raced-seen-%02d", k))
-			if err := writeSmall(t.Context(), plain.Stack, agent, mode, 1, n, fixed()); err != nil {
-				t.Fatal(err)
-			}
-			var dB oplog.Drained
-			var errB error
-			a := oplogtest.NewLayers(t, afterCall(plain.St, k, func() {
-				dB, errB = plain.Stack.Drain(t.Context(), agent, mode)
-			}), plain.Blobs)
-			dA, errA := a.Stack.DrainSeen(t.Context(), agent, mode, 1, n)
-			var tally drainTally
-			for _, err := range []error{errA, errB} {
-				if err != nil {
-					tally.errors++
-					tally.note("%v", err)
-				}
-			}
-			checkOnce(t, plain, agent, mode, n, false, &tally)
-			if moved := dA.Moved + dB.Moved; moved != n {
-				tally.note("the drains moved %d+%d entries, want %d in all", dA.Moved, dB.Moved, n)
-				tally.doubled += moved - n
-			}
-			if tally.errors+tally.lost+tally.doubled+tally.overlapping > 0 {
-				failed = append(failed, fmt.Sprintf("after read %d: %d errors, %d lost, %d doubled, %d in overlapping blob chunks %q",
-					k, tally.errors, tally.lost, tally.doubled, tally.overlapping, tally.first))
-			}
-		}
-		if len(failed) > 0 {
+		if failed, reads := raceAfterEachRead(t, plain, "raced-seen", mode, n, 1, fixed, drain); len(failed) > 0 {
 			t.Errorf("%d of %d interleavings went wrong:\n%s", len(failed), reads, strings.Join(failed, "\n"))
 		}
 	})
