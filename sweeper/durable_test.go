@@ -1,6 +1,7 @@
 package sweeper_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratalog/strata/backends/memory"
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 )
@@ -215,6 +218,37 @@ func TestDurableRoute_GatesOnTheWholeStack(t *testing.T) {
 		t.Fatalf("quiet again: %+v", rep.Routes)
 	}
 	e.requireDurable(a, 7, true)
+}
+
+// failingDrop fails every DropPrefix of one namespace.
+type failingDrop struct {
+	is.Storage
+	ns string
+}
+
+func (f *failingDrop) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
+	if ns == f.ns {
+		return 0, errPoison
+	}
+	return f.Storage.DropPrefix(ctx, ns, key, upTo)
+}
+
+// A drain that fails under the lock is archive_failed, logged, and tried again on a later pass;
+// nothing is lost meanwhile.
+func TestDurableRoute_AFailedDrainIsArchiveFailed(t *testing.T) {
+	st := &failingDrop{Storage: memory.New(), ns: oplog.PrimaryNamespace(oplog.Durable)}
+	e := newEnvOn(t, st, config(), withDurableRoute(newAgentMutexes(), newDurableClock()))
+	a := agent("durable-drop-fails")
+	e.writeDurable(a, 1, 3)
+	e.tick()
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeArchiveFailed] != 1 || rep.Outcomes[sweeper.OutcomeArchived] != 0 || e.drainedCount(a) != 0 {
+		t.Fatalf("outcomes %+v, drained %d", rep.Outcomes, e.drainedCount(a))
+	}
+	if !strings.Contains(e.logs.String(), "poisoned key") {
+		t.Fatalf("the failure was not logged:\n%s", e.logs)
+	}
+	e.requireReadableIn(a, oplog.Durable, 3)
 }
 
 // Each mode's routes have budgets of their own: a durable backlog leaves the ephemeral route its

@@ -706,10 +706,10 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 			res.outcome, res.current = OutcomeDeclined, c.index // active again since the scan
 			return res
 		}
-		last, exists, err := s.stack.LastIndex(ctx, c.agent, r.Mode)
+		last, exists, lerr := s.stack.LastIndex(ctx, c.agent, r.Mode)
 		switch {
-		case err != nil:
-			return failed("read last index", err)
+		case lerr != nil:
+			return failed("read last index", lerr)
 		case !exists:
 			res.outcome = OutcomeDeclined // gone
 			return res
