@@ -671,6 +671,12 @@ var (
 // (namespace=? AND key>? AND key<?); each last id a CORRELATED SCALAR SUBQUERY, SEARCH i USING PRIMARY
 // KEY (namespace=? AND key=?) with no sort (the B-tree read backward); and USE TEMP B-TREE FOR ORDER BY
 // over the page's own rows only. No SCAN of index_storage.
+//
+// On keys of one entry this costs more than GROUP BY did (about 1.4 µs a key against 0.6 µs, walking
+// 100,000 such keys in pages of 129 through this driver): two seeks a key instead of one row. The
+// PostgreSQL backend reads a head of rows in index order first and seeks only past the keys the head
+// does not finish; here the materialized CTEs that takes cost as much as they saved or more (1.5 to 2.5
+// µs a key), so the page is the walk alone.
 func walkQuery(lower, upper string) string {
 	return `WITH RECURSIVE walk (key, n) AS (
 		SELECT (SELECT i.key FROM index_storage AS i WHERE i.namespace = ?1 AND ` + lower + upper + ` ORDER BY i.key LIMIT 1), 1
