@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -62,8 +63,7 @@ type Store struct {
 	closed atomic.Bool
 
 	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlClosestLast, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
-	// sqlWalk[strict][bounded] is ScanStable's page (see walkSQL), sqlScan[bounded] Scan's (see scanSQL).
-	sqlWalk [2][2]string
+	// sqlScan[bounded] is Scan's page (see scanSQL); ScanStable's is walkSQL's, by page size.
 	sqlScan [2]string
 }
 
@@ -148,58 +148,63 @@ func (s *Store) prepareSQL() {
 	s.sqlDelete = `DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2`
 	for bounded := range 2 {
 		s.sqlScan[bounded] = scanSQL(t, bounded == 1)
-		for strict := range 2 {
-			s.sqlWalk[strict][bounded] = walkSQL(t, strict == 1, bounded == 1)
-		}
 	}
 }
 
-// walkSQL is ScanStable's page: $1 namespace, $2 the lower bound (exclusive after a marker, inclusive
-// at the range's start), $3 how many keys, and $4 the range's end when it has one. Bounding by [start,
-// end) instead of LIKE keeps every character literal and lets the primary key seek.
+// walkSQL is ScanStable's page of up to keys keys: $1 namespace, $2 the lower bound (exclusive
+// after a marker, inclusive at the range's start), and $3 the range's end when it has one. Bounding
+// by [start, end) instead of LIKE keeps every character literal and lets the primary key seek. keys
+// is written into the text rather than bound: with LIMIT $n the generic plan's estimates make it
+// dearer than every custom plan, so PostgreSQL plans the statement again on every call
+// (custom_plans 7, generic_plans 0 in pg_prepared_statements after 7 calls; 2 generic after 7 with
+// the literal), a third of a millisecond a page. pgx prepares one statement a page size, and a
+// caller keeps to one.
 //
-// The page reads at most $3+1 rows in index order (head), then seeks from key to key (a loose index
-// scan, the recursive CTE walk) for as many keys as the head did not finish, where GROUP BY key over
-// every row of the page's keys read all of each key's entries, 100 rows a key for keys of 100. Every key of the head is whole but its last, whose entries may run on past
-// it: that one opens the walk, unless the head holds the range's last row (it did not fill) or
-// already $3 whole keys. Each step of the walk seeks to the first key above the one before (ORDER BY
-// key LIMIT 1) and reads its last id as max(id) of that key alone, a backward seek: two index
-// descents a key, however many entries it holds. A page of keys of one entry is then the head alone,
-// the same rows GROUP BY read; a page of deep keys is the head and about $3 seeks of each kind. The whole
-// page is one statement, so one round trip and one snapshot: the keys and their last ids of one state
-// of the table.
+// The page reads at most keys+1 rows in index order (head), then seeks from key to key (a loose
+// index scan, the recursive CTE walk) for as many keys as the head did not finish, where GROUP BY
+// key over every row of the page's keys read all of each key's entries, 100 rows a key for keys of
+// 100. Every key of the head is whole but its last, whose entries may run on past it: that one
+// opens the walk, unless the head holds the range's last row (it did not fill) or already keys
+// whole keys. Each step of the walk seeks to the first key above the one before (ORDER BY key LIMIT
+// 1) and reads its last id as max(id) of that key alone, a backward seek: two index descents a key,
+// however many entries it holds. A page of keys of one entry is then the head alone, the same rows
+// GROUP BY read; a page of deep keys is the head and about keys seeks of each kind. The whole page
+// is one statement, so one round trip and one snapshot: the keys and their last ids of one state of
+// the table.
 //
-// EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL 15.20, generic plan, one vacuumed table of 10,000 keys of
-// 100 entries and 100,000 keys of 1, a page of 129 keys from a marker: head is a Limit over an Index
-// Only Scan of index_storage_pkey (namespace = $1 AND key > $2), 130 rows; done a HashAggregate over
-// them; walk a Recursive Union whose step is a Nested Loop of the WorkTable Scan and a Limit over the
-// same Index Only Scan (key > walk_1.key), each of its last ids a SubPlan of Limit over Index Only
-// Scan Backward (key = walk.key); the one Sort is of the page's 129 rows (quicksort, 35kB). No Seq
-// Scan, and no aggregate over more than the head's rows. On keys of one entry the walk is never
-// executed: 5 buffers, 0.2 ms (GROUP BY: the same 130 rows, 0.07 ms). On keys of 100 entries the
-// step runs 127 times: 864 buffers, 1.4 ms, where GROUP BY aggregated 12,901 rows in 4.6 ms.
-func walkSQL(table string, strict, bounded bool) string {
+// EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL 15.20, generic plan, one vacuumed table of 10,000 keys
+// of 100 entries and 100,000 keys of 1, a page of 129 keys from a marker: head is a Limit over an
+// Index Only Scan of index_storage_pkey (namespace = $1 AND key > $2), 130 rows; done a
+// HashAggregate over them; walk a Recursive Union whose step is a Nested Loop of the WorkTable Scan
+// and a Limit over the same Index Only Scan (key > walk_1.key), each of its last ids a SubPlan of
+// Limit over Index Only Scan Backward (key = walk.key); the one Sort is of the page's 129 rows
+// (quicksort, 35kB). No Seq Scan, and no aggregate over more than the head's rows. On keys of one
+// entry the walk is never executed: 5 buffers, 0.2 ms (GROUP BY: the same 130 rows, 0.07 ms). On
+// keys of 100 entries the step runs 127 times: 864 buffers, 1.4 ms, where GROUP BY aggregated
+// 12,901 rows in 4.6 ms.
+func walkSQL(table string, strict, bounded bool, keys int) string {
 	lower := `i.key >= $2`
 	if strict {
 		lower = `i.key > $2`
 	}
 	upper := ``
 	if bounded {
-		upper = ` AND i.key < $4`
+		upper = ` AND i.key < $3`
 	}
+	n, rows := strconv.Itoa(keys), strconv.Itoa(keys+1)
 	return `WITH RECURSIVE head AS (
-		SELECT i.key, i.id FROM ` + table + ` AS i WHERE i.namespace = $1 AND ` + lower + upper + ` ORDER BY i.key, i.id LIMIT $3::bigint + 1
+		SELECT i.key, i.id FROM ` + table + ` AS i WHERE i.namespace = $1 AND ` + lower + upper + ` ORDER BY i.key, i.id LIMIT ` + rows + `
 	), edge AS (
-		SELECT count(*) = $3::bigint + 1 AS full, max(head.key) AS last FROM head
+		SELECT count(*) = ` + rows + ` AS full, max(head.key) AS last FROM head
 	), done AS (
 		SELECT head.key, max(head.id) AS id FROM head, edge WHERE NOT edge.full OR head.key < edge.last GROUP BY head.key
 	), walk (key, n) AS (
-		SELECT edge.last, (SELECT count(*) FROM done) + 1 FROM edge WHERE edge.full AND (SELECT count(*) FROM done) < $3::bigint
+		SELECT edge.last, (SELECT count(*) FROM done) + 1 FROM edge WHERE edge.full AND (SELECT count(*) FROM done) < ` + n + `
 		UNION ALL
 		SELECT step.key, walk.n + 1 FROM walk CROSS JOIN LATERAL (
 			SELECT i.key FROM ` + table + ` AS i WHERE i.namespace = $1 AND i.key > walk.key` + upper + ` ORDER BY i.key LIMIT 1
 		) AS step
-		WHERE walk.n < $3::bigint
+		WHERE walk.n < ` + n + `
 	)
 	SELECT done.key, done.id FROM done
 	UNION ALL
@@ -553,8 +558,13 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if err := s.start("scan", invalid); err != nil {
 		return 0, nil, err
 	}
+	fetch := min(count, maxPage)
+	args := []any{ns, prefix, int64(fetch) + 1}
 	end := is.PrefixRange(prefix).End
-	keys, _, more, err := s.keys(ctx, s.sqlScan[b2i(end != "")], ns, prefix, end, count, int64(cursor))
+	if end != "" {
+		args = append(args, end)
+	}
+	keys, _, more, err := s.keys(ctx, s.sqlScan[b2i(end != "")], fetch, append(args, int64(cursor))...)
 	if err != nil {
 		return 0, nil, s.fail("scan", err)
 	}
@@ -583,7 +593,12 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() && lower >= r.End {
 		return is.Page{Done: true}, nil
 	}
-	keys, ids, more, err := s.keys(ctx, s.sqlWalk[b2i(strict)][b2i(r.Bounded())], ns, lower, r.End, count, -1)
+	fetch := min(count, maxPage)
+	args := []any{ns, lower}
+	if r.Bounded() {
+		args = append(args, r.End)
+	}
+	keys, ids, more, err := s.keys(ctx, walkSQL(s.table, strict, r.Bounded(), fetch+1), fetch, args...)
 	if err != nil {
 		return is.Page{}, s.fail("scan stable", err)
 	}
@@ -593,19 +608,10 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	return is.Page{Keys: keys, LastIDs: ids, Next: is.MarkerResume(keys[len(keys)-1])}, nil
 }
 
-// keys runs query (a walkSQL or a scanSQL, matching end and offset) for up to count keys of ns from
-// lower on and below end (no bound when end is ""), each with its last id, skipping offset keys unless
-// offset is negative, and says whether more follow. It asks for one key more than it returns, so that
+// keys runs query (a walkSQL or a scanSQL) for up to fetch+1 keys, each with its last id, and returns
+// the first fetch and whether more follow: the caller asks for one key more than it returns, so that
 // the last page says it is done without a trailing empty call.
-func (s *Store) keys(ctx context.Context, query, ns, lower, end string, count int, offset int64) ([]string, []uint64, bool, error) {
-	fetch := min(count, maxPage)
-	args := []any{ns, lower, int64(fetch) + 1}
-	if end != "" {
-		args = append(args, end)
-	}
-	if offset >= 0 {
-		args = append(args, offset)
-	}
+func (s *Store) keys(ctx context.Context, query string, fetch int, args ...any) ([]string, []uint64, bool, error) {
 	rows, _ := s.pool.Query(ctx, query, args...)
 	var keys []string
 	var ids []uint64
