@@ -177,8 +177,10 @@ const (
 // each, two namespaces of one store, with full ScanStable walks in pages of BenchPageSize, and reports
 // the cost of a key in both beside their ratio: a walk whose cost is per key, not per entry, shows a
 // deep/flat near 1. The two walks alternate inside each iteration, as Bench's Paired does, so that noise
-// on a shared machine hits both.
-func BenchWalkDepth(b *testing.B, h Harness, keys int) {
+// on a shared machine hits both. settle, when set, runs once the keys are written and before any walk:
+// a harness brings its engine to the state a long-running store is in (PostgreSQL's VACUUM, which a
+// test server with autovacuum off never runs).
+func BenchWalkDepth(b *testing.B, h Harness, keys int, settle func(ctx context.Context, st is.Storage) error) {
 	if keys <= 0 {
 		keys = BenchDepthKeys
 	}
@@ -190,6 +192,11 @@ func BenchWalkDepth(b *testing.B, h Harness, keys int) {
 	}
 	if err := populateDepth(ctx, st, deepNS, keys, BenchDepthEntries, payload); err != nil {
 		b.Fatal(err)
+	}
+	if settle != nil {
+		if err := settle(ctx, st); err != nil {
+			b.Fatal(err)
+		}
 	}
 	walk := func(ns string) time.Duration {
 		start := time.Now()
