@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -63,7 +62,8 @@ type Store struct {
 	closed atomic.Bool
 
 	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlClosestLast, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
-	// sqlScan[bounded] is Scan's page (see scanSQL); ScanStable's is walkSQL's, by page size.
+	// sqlWalk[strict][bounded] is ScanStable's page (see walkSQL), sqlScan[bounded] Scan's (see scanSQL).
+	sqlWalk [2][2]string
 	sqlScan [2]string
 }
 
@@ -148,68 +148,57 @@ func (s *Store) prepareSQL() {
 	s.sqlDelete = `DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2`
 	for bounded := range 2 {
 		s.sqlScan[bounded] = scanSQL(t, bounded == 1)
+		for strict := range 2 {
+			s.sqlWalk[strict][bounded] = walkSQL(t, strict == 1, bounded == 1)
+		}
 	}
 }
 
-// walkSQL is ScanStable's page of up to keys keys: $1 namespace, $2 the lower bound (exclusive
-// after a marker, inclusive at the range's start), and $3 the range's end when it has one. Bounding
-// by [start, end) instead of LIKE keeps every character literal and lets the primary key seek. keys
-// is written into the text rather than bound: with LIMIT $n the generic plan's estimates make it
-// dearer than every custom plan, so PostgreSQL plans the statement again on every call
-// (custom_plans 7, generic_plans 0 in pg_prepared_statements after 7 calls; 2 generic after 7 with
-// the literal), a third of a millisecond a page. pgx prepares one statement a page size, and a
-// caller keeps to one.
+// walkSQL is ScanStable's page, a loose index scan (skip scan) of the primary key: $1 namespace, $2
+// the lower bound (exclusive after a marker, inclusive at the range's start), $3 how many keys, and $4
+// the range's end when it has one. Bounding by [start, end) instead of LIKE keeps every character
+// literal and lets the primary key seek.
 //
-// The page reads at most keys+1 rows in index order (head), then seeks from key to key (a loose
-// index scan, the recursive CTE walk) for as many keys as the head did not finish, where GROUP BY
-// key over every row of the page's keys read all of each key's entries, 100 rows a key for keys of
-// 100. Every key of the head is whole but its last, whose entries may run on past it: that one
-// opens the walk, unless the head holds the range's last row (it did not fill) or already keys
-// whole keys. Each step of the walk seeks to the first key above the one before (ORDER BY key LIMIT
-// 1) and reads its last id as max(id) of that key alone, a backward seek: two index descents a key,
-// however many entries it holds. A page of keys of one entry is then the head alone, the same rows
-// GROUP BY read; a page of deep keys is the head and about keys seeks of each kind. The whole page
-// is one statement, so one round trip and one snapshot: the keys and their last ids of one state of
-// the table.
+// Each step of the recursive CTE seeks to the first key above the one before (ORDER BY key LIMIT 1),
+// and each key's last id is max(id) of that key alone, a backward seek: a page costs two index descents
+// a key, however many entries a key holds, where GROUP BY key read every row of every key in the page.
+// The steps stop at $3 keys; the whole page is one statement, so one round trip and one snapshot, the
+// keys and their last ids of one state of the table.
 //
-// EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL 15.20, generic plan, one vacuumed table of 10,000 keys
-// of 100 entries and 100,000 keys of 1, a page of 129 keys from a marker: head is a Limit over an
-// Index Only Scan of index_storage_pkey (namespace = $1 AND key > $2), 130 rows; done a
-// HashAggregate over them; walk a Recursive Union whose step is a Nested Loop of the WorkTable Scan
-// and a Limit over the same Index Only Scan (key > walk_1.key), each of its last ids a SubPlan of
-// Limit over Index Only Scan Backward (key = walk.key); the one Sort is of the page's 129 rows
-// (quicksort, 35kB). No Seq Scan, and no aggregate over more than the head's rows. On keys of one
-// entry the walk is never executed: 5 buffers, 0.2 ms (GROUP BY: the same 130 rows, 0.07 ms). On
-// keys of 100 entries the step runs 127 times: 864 buffers, 1.4 ms, where GROUP BY aggregated
-// 12,901 rows in 4.6 ms.
-func walkSQL(table string, strict, bounded bool, keys int) string {
+// EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL 15.20, one table of 10,000 keys of 100 entries and 10,000
+// of 1 (1,010,000 rows), a page of 129 keys from a marker, custom and generic plan alike: the anchor is
+// a Limit over an Index Only Scan of index_storage_pkey (namespace = $1 AND key > $2 AND key < $4),
+// each step a Nested Loop of the WorkTable Scan and a Limit over the same Index Only Scan (key >
+// walk_1.key, loops=128), each last id a SubPlan of Limit over Index Only Scan Backward (key =
+// walk.key, loops=129), and the one Sort is of the page's 129 rows (quicksort, 35kB). About 8 buffers
+// a key on 100-entry keys (1,120 for the page) and on 1-entry keys (1,036), where GROUP BY read
+// 12,901 index rows and 13,034 buffers for the 100-entry page. No Seq Scan and no aggregate over rows.
+//
+// The price is keys of one entry: two seeks a key where GROUP BY read one row, about 4 times the
+// time (BenchmarkWalkDepth, flat-ns/key about 6 µs against 1.5). A head of count+2 rows read in
+// index order before the walk won most of that back, but on a table never analyzed (autovacuum off,
+// or a bulk load before autoanalyze) the generic plan of its ORDER BY key, id LIMIT n was a Bitmap
+// Heap Scan and a top-N sort of the rest of the range, 7 ms a page at 100,000 keys, where each
+// LIMIT 1 seek here stays an index scan whatever the estimates.
+func walkSQL(table string, strict, bounded bool) string {
 	lower := `i.key >= $2`
 	if strict {
 		lower = `i.key > $2`
 	}
 	upper := ``
 	if bounded {
-		upper = ` AND i.key < $3`
+		upper = ` AND i.key < $4`
 	}
-	n, rows := strconv.Itoa(keys), strconv.Itoa(keys+1)
-	return `WITH RECURSIVE head AS (
-		SELECT i.key, i.id FROM ` + table + ` AS i WHERE i.namespace = $1 AND ` + lower + upper + ` ORDER BY i.key, i.id LIMIT ` + rows + `
-	), edge AS (
-		SELECT count(*) = ` + rows + ` AS full, max(head.key) AS last FROM head
-	), done AS (
-		SELECT head.key, max(head.id) AS id FROM head, edge WHERE NOT edge.full OR head.key < edge.last GROUP BY head.key
-	), walk (key, n) AS (
-		SELECT edge.last, (SELECT count(*) FROM done) + 1 FROM edge WHERE edge.full AND (SELECT count(*) FROM done) < ` + n + `
+	return `WITH RECURSIVE walk (key, n) AS (
+		(SELECT i.key, 1::bigint FROM ` + table + ` AS i WHERE i.namespace = $1 AND ` + lower + upper + ` ORDER BY i.key LIMIT 1)
 		UNION ALL
 		SELECT step.key, walk.n + 1 FROM walk CROSS JOIN LATERAL (
 			SELECT i.key FROM ` + table + ` AS i WHERE i.namespace = $1 AND i.key > walk.key` + upper + ` ORDER BY i.key LIMIT 1
 		) AS step
-		WHERE walk.n < ` + n + `
+		WHERE walk.n < $3
 	)
-	SELECT done.key, done.id FROM done
-	UNION ALL
-	SELECT walk.key, (SELECT max(i.id) FROM ` + table + ` AS i WHERE i.namespace = $1 AND i.key = walk.key) FROM walk
-	ORDER BY 1`
+	SELECT walk.key, (SELECT max(i.id) FROM ` + table + ` AS i WHERE i.namespace = $1 AND i.key = walk.key)
+	FROM walk ORDER BY walk.key`
 }
 
 // scanSQL is Scan's page, by position: $1 namespace, $2 the prefix, $3 the limit, then $4 the prefix's
@@ -558,13 +547,8 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if err := s.start("scan", invalid); err != nil {
 		return 0, nil, err
 	}
-	fetch := min(count, maxPage)
-	args := []any{ns, prefix, int64(fetch) + 1}
 	end := is.PrefixRange(prefix).End
-	if end != "" {
-		args = append(args, end)
-	}
-	keys, _, more, err := s.keys(ctx, s.sqlScan[b2i(end != "")], fetch, append(args, int64(cursor))...)
+	keys, _, more, err := s.keys(ctx, s.sqlScan[b2i(end != "")], ns, prefix, end, count, int64(cursor))
 	if err != nil {
 		return 0, nil, s.fail("scan", err)
 	}
@@ -593,12 +577,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() && lower >= r.End {
 		return is.Page{Done: true}, nil
 	}
-	fetch := min(count, maxPage)
-	args := []any{ns, lower}
-	if r.Bounded() {
-		args = append(args, r.End)
-	}
-	keys, ids, more, err := s.keys(ctx, walkSQL(s.table, strict, r.Bounded(), fetch+1), fetch, args...)
+	keys, ids, more, err := s.keys(ctx, s.sqlWalk[b2i(strict)][b2i(r.Bounded())], ns, lower, r.End, count, -1)
 	if err != nil {
 		return is.Page{}, s.fail("scan stable", err)
 	}
@@ -608,10 +587,19 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	return is.Page{Keys: keys, LastIDs: ids, Next: is.MarkerResume(keys[len(keys)-1])}, nil
 }
 
-// keys runs query (a walkSQL or a scanSQL) for up to fetch+1 keys, each with its last id, and returns
-// the first fetch and whether more follow: the caller asks for one key more than it returns, so that
+// keys runs query (a walkSQL or a scanSQL, matching end and offset) for up to count keys of ns from
+// lower on and below end (no bound when end is ""), each with its last id, skipping offset keys unless
+// offset is negative, and says whether more follow. It asks for one key more than it returns, so that
 // the last page says it is done without a trailing empty call.
-func (s *Store) keys(ctx context.Context, query string, fetch int, args ...any) ([]string, []uint64, bool, error) {
+func (s *Store) keys(ctx context.Context, query, ns, lower, end string, count int, offset int64) ([]string, []uint64, bool, error) {
+	fetch := min(count, maxPage)
+	args := []any{ns, lower, int64(fetch) + 1}
+	if end != "" {
+		args = append(args, end)
+	}
+	if offset >= 0 {
+		args = append(args, offset)
+	}
 	rows, _ := s.pool.Query(ctx, query, args...)
 	var keys []string
 	var ids []uint64
