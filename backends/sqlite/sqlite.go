@@ -673,10 +673,10 @@ var (
 // over the page's own rows only. No SCAN of index_storage.
 //
 // On keys of one entry this costs more than GROUP BY did (about 1.4 µs a key against 0.6 µs, walking
-// 100,000 such keys in pages of 129 through this driver): two seeks a key instead of one row. The
-// PostgreSQL backend reads a head of rows in index order first and seeks only past the keys the head
-// does not finish; here the materialized CTEs that takes cost as much as they saved or more (1.5 to 2.5
-// µs a key), so the page is the walk alone.
+// 100,000 such keys in pages of 129 through this driver): two seeks a key instead of one row. A head
+// of ?3+1 rows read in B-tree order before the walk, serving such pages from one range read, cost as
+// much as it saved or more through the materialized CTEs it takes (1.5 to 2.5 µs a key), so the page
+// is the walk alone.
 func walkQuery(lower, upper string) string {
 	return `WITH RECURSIVE walk (key, n) AS (
 		SELECT (SELECT i.key FROM index_storage AS i WHERE i.namespace = ?1 AND ` + lower + upper + ` ORDER BY i.key LIMIT 1), 1
