@@ -174,8 +174,8 @@ func (s *Store) prepareSQL() {
 // a key on 100-entry keys (1,120 for the page) and on 1-entry keys (1,036), where GROUP BY read
 // 12,901 index rows and 13,034 buffers for the 100-entry page. No Seq Scan and no aggregate over rows.
 //
-// The price is keys of one entry: two seeks a key where GROUP BY read one row, about 4 times the
-// time (BenchmarkWalkDepth, flat-ns/key about 6 µs against 1.5). A head of count+2 rows read in
+// The price is keys of one entry: two seeks a key where GROUP BY read one row, 4 to 5 times the
+// time (BenchmarkWalkDepth flat-ns/key, 6 to 8 µs against 1.2 to 1.6). A head of count+2 rows read in
 // index order before the walk won most of that back, but on a table never analyzed (autovacuum off,
 // or a bulk load before autoanalyze) the generic plan of its ORDER BY key, id LIMIT n was a Bitmap
 // Heap Scan and a top-N sort of the rest of the range, 7 ms a page at 100,000 keys, where each
