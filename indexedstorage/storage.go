@@ -165,3 +165,22 @@ func ClosestLast(ctx context.Context, st Storage, ns, key string, id uint64) (en
 	entry, found, err = st.Closest(ctx, ns, key, id)
 	return entry, found, last, exists, err
 }
+
+// DeepScanner is implemented by a Storage whose ScanStable reads every entry of the keys a page
+// returns (SQL's GROUP BY key: cheapest where a key holds one entry or a few, as in an archive layer,
+// where a key holds an agent's chunks) and which can also walk at a cost per key, however many entries
+// each holds (a loose index scan), for a namespace of deep indexes: the primary layer, one entry per
+// oplog entry. ScanDeep has ScanStable's contract exactly, its Resume tokens included; it costs more
+// than ScanStable on keys of one entry.
+type DeepScanner interface {
+	ScanDeep(ctx context.Context, ns string, r KeyRange, from Resume, count int) (Page, error)
+}
+
+// ScanDeep is st's ScanDeep where st is a DeepScanner (a wrapper of this package is one where what it
+// wraps is one), else its ScanStable.
+func ScanDeep(ctx context.Context, st Storage, ns string, r KeyRange, from Resume, count int) (Page, error) {
+	if d, ok := st.(DeepScanner); ok {
+		return d.ScanDeep(ctx, ns, r, from, count)
+	}
+	return st.ScanStable(ctx, ns, r, from, count)
+}

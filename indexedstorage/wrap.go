@@ -111,6 +111,15 @@ func (a *around) ClosestLast(ctx context.Context, ns, key string, id uint64) (en
 	return
 }
 
+// ScanDeep runs as OpScanStable, the inner Storage's ScanDeep where it has one, else its ScanStable.
+func (a *around) ScanDeep(ctx context.Context, ns string, r KeyRange, from Resume, count int) (page Page, err error) {
+	err = a.call(ctx, OpScanStable, func(ctx context.Context) (e error) {
+		page, e = ScanDeep(ctx, a.inner, ns, r, from, count)
+		return
+	})
+	return
+}
+
 // storageOnly hides every method of a Storage but the interface's own.
 type storageOnly struct{ Storage }
 

@@ -39,7 +39,9 @@ func (p *Primary) ScanAgents(ctx context.Context, mode Mode, r BucketRange, from
 	if !ok {
 		return is.Page{}, fmt.Errorf("primary: %s oplogs: %w", mode, ErrNotEnumerable)
 	}
-	page, err := p.st.ScanStable(ctx, ns, r.Keys(), from, count)
+	// An index of the primary holds one entry an oplog entry: the walk is ScanDeep, whose page costs its
+	// keys where the storage has one (a loose index scan on SQL), not their entries.
+	page, err := is.ScanDeep(ctx, p.st, ns, r.Keys(), from, count)
 	if err != nil {
 		return page, fmt.Errorf("primary: scan %s agents: %w", mode, err)
 	}

@@ -8,8 +8,9 @@
 // Mutations are serialized per index by a transaction-scoped advisory lock taken in the same
 // transaction as the guarded INSERT or the DELETE, sent together in one round trip. ScanStable is
 // keyset paging over the primary key, bounded by the byte interval of the prefix, so it seeks instead
-// of skipping and is safe while the caller deletes the keys it walks; within a page it seeks from key to
-// key (a loose index scan), so a page costs its keys, not their entries.
+// of skipping and is safe while the caller deletes the keys it walks; ScanDeep (is.DeepScanner) seeks
+// from key to key within a page too (a loose index scan), so that a page of deep keys costs its keys,
+// not their entries.
 package postgres
 
 import (
@@ -62,9 +63,10 @@ type Store struct {
 	closed atomic.Bool
 
 	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlClosestLast, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
-	// sqlWalk[strict][bounded] is ScanStable's page (see walkSQL), sqlScan[bounded] Scan's (see scanSQL).
-	sqlWalk [2][2]string
-	sqlScan [2]string
+	// sqlPage[strict][bounded] is ScanStable's page (see pageSQL), sqlWalk[strict][bounded] ScanDeep's
+	// (see walkSQL), sqlScan[bounded] Scan's (see scanSQL).
+	sqlPage, sqlWalk [2][2]string
+	sqlScan          [2]string
 }
 
 var _ is.Storage = (*Store)(nil)
@@ -149,12 +151,30 @@ func (s *Store) prepareSQL() {
 	for bounded := range 2 {
 		s.sqlScan[bounded] = scanSQL(t, bounded == 1)
 		for strict := range 2 {
+			s.sqlPage[strict][bounded] = pageSQL(t, strict == 1, bounded == 1)
 			s.sqlWalk[strict][bounded] = walkSQL(t, strict == 1, bounded == 1)
 		}
 	}
 }
 
-// walkSQL is ScanStable's page, a loose index scan (skip scan) of the primary key: $1 namespace, $2
+// pageSQL is ScanStable's page: $1 namespace, $2 the lower bound (exclusive after a marker, inclusive at
+// the range's start), $3 how many keys, and $4 the range's end when it has one, each key with max(id):
+// a GroupAggregate over an Index Only Scan of the primary key, which reads every row of the page's keys
+// (one or a few a key in an archive layer, where it is the cheapest page there is).
+func pageSQL(table string, strict, bounded bool) string {
+	q := `SELECT key, max(id) FROM ` + table + ` WHERE namespace = $1 AND key `
+	if strict {
+		q += `> $2`
+	} else {
+		q += `>= $2`
+	}
+	if bounded {
+		q += ` AND key < $4`
+	}
+	return q + ` GROUP BY key ORDER BY key LIMIT $3`
+}
+
+// walkSQL is ScanDeep's page, a loose index scan (skip scan) of the primary key: $1 namespace, $2
 // the lower bound (exclusive after a marker, inclusive at the range's start), $3 how many keys, and $4
 // the range's end when it has one. Bounding by [start, end) instead of LIKE keeps every character
 // literal and lets the primary key seek.
@@ -175,7 +195,8 @@ func (s *Store) prepareSQL() {
 // 12,901 index rows and 13,034 buffers for the 100-entry page. No Seq Scan and no aggregate over rows.
 //
 // The price is keys of one entry: two seeks a key where GROUP BY read one row, 4 to 5 times the
-// time (BenchmarkWalkDepth flat-ns/key, 6 to 8 µs against 1.2 to 1.6). A head of count+2 rows read in
+// time (BenchmarkWalkDepth flat-ns/key, 6 to 8 µs against 1.2 to 1.6), which is why ScanStable keeps
+// pageSQL and only a walk of deep keys (the primary layer's) takes this one. A head of count+2 rows read in
 // index order before the walk won most of that back, but on a table never analyzed (autovacuum off,
 // or a bulk load before autoanalyze) the generic plan of its ORDER BY key, id LIMIT n was a Bitmap
 // Heap Scan and a top-N sort of the rest of the range, 7 ms a page at 100,000 keys, where each
@@ -560,6 +581,17 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 
 // ScanStable seeks past the last key of the previous page: keyset paging, never OFFSET.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	return s.scanStable(ctx, &s.sqlPage, ns, r, from, count)
+}
+
+// ScanDeep is ScanStable with a loose index scan for a page (walkSQL): a page of deep keys costs its
+// keys, not their entries (is.DeepScanner).
+func (s *Store) ScanDeep(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	return s.scanStable(ctx, &s.sqlWalk, ns, r, from, count)
+}
+
+// scanStable pages with queries[strict][bounded].
+func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	invalid := is.ValidateScanRange(ns, r, count)
 	marker, start, err := from.Marker()
 	if invalid == nil {
@@ -577,7 +609,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() && lower >= r.End {
 		return is.Page{Done: true}, nil
 	}
-	keys, ids, more, err := s.keys(ctx, s.sqlWalk[b2i(strict)][b2i(r.Bounded())], ns, lower, r.End, count, -1)
+	keys, ids, more, err := s.keys(ctx, queries[b2i(strict)][b2i(r.Bounded())], ns, lower, r.End, count, -1)
 	if err != nil {
 		return is.Page{}, s.fail("scan stable", err)
 	}
@@ -587,7 +619,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	return is.Page{Keys: keys, LastIDs: ids, Next: is.MarkerResume(keys[len(keys)-1])}, nil
 }
 
-// keys runs query (a walkSQL or a scanSQL, matching end and offset) for up to count keys of ns from
+// keys runs query (a pageSQL, walkSQL or scanSQL, matching end and offset) for up to count keys of ns from
 // lower on and below end (no bound when end is ""), each with its last id, skipping offset keys unless
 // offset is negative, and says whether more follow. It asks for one key more than it returns, so that
 // the last page says it is done without a trailing empty call.

@@ -650,13 +650,15 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 // cannot start the range at the prefix and filter its way up to the marker.
 var (
 	// scanStableQuery[strict][bounded]: strict is key > marker rather than key >= prefix; bounded adds
-	// the prefix's end. See walkQuery.
+	// the prefix's end. GROUP BY key: one range read of the page's rows, the cheapest page where a key
+	// holds one entry or a few (an archive layer's chunks). scanDeepQuery is ScanDeep's (walkQuery).
 	scanStableQuery = [2][2]string{}
+	scanDeepQuery   = [2][2]string{}
 	// scanQuery[bounded] is the native, positional Scan.
 	scanQuery = [2]string{}
 )
 
-// walkQuery is ScanStable's page, a loose index scan (skip scan) of the primary key: ?1 namespace, ?2
+// walkQuery is ScanDeep's page, a loose index scan (skip scan) of the primary key: ?1 namespace, ?2
 // the lower bound, ?3 how many keys, ?4 the range's end when upper names it.
 //
 // Each step of the recursive CTE seeks to the first key above the one before (ORDER BY key LIMIT 1,
@@ -676,7 +678,8 @@ var (
 // 100,000 such keys in pages of 129 through this driver): two seeks a key instead of one row. A head
 // of ?3+1 rows read in B-tree order before the walk, serving such pages from one range read, cost as
 // much as it saved or more through the materialized CTEs it takes (1.5 to 2.5 µs a key), so the page
-// is the walk alone.
+// is the walk alone, and ScanStable keeps GROUP BY: only a walk of deep keys (the primary layer's)
+// takes this one.
 func walkQuery(lower, upper string) string {
 	return `WITH RECURSIVE walk (key, n) AS (
 		SELECT (SELECT i.key FROM index_storage AS i WHERE i.namespace = ?1 AND ` + lower + upper + ` ORDER BY i.key LIMIT 1), 1
@@ -691,7 +694,9 @@ func walkQuery(lower, upper string) string {
 func init() {
 	for strict, lower := range []string{"i.key >= ?2", "i.key > ?2"} {
 		for bounded, upper := range []string{"", " AND i.key < ?4"} {
-			scanStableQuery[strict][bounded] = walkQuery(lower, upper)
+			scanStableQuery[strict][bounded] = `SELECT i.key, max(i.id) FROM index_storage AS i WHERE i.namespace = ?1 AND ` +
+				lower + upper + ` GROUP BY i.key ORDER BY i.key LIMIT ?3`
+			scanDeepQuery[strict][bounded] = walkQuery(lower, upper)
 		}
 	}
 	for bounded, upper := range []string{"", " AND key < ?"} {
@@ -703,6 +708,17 @@ func init() {
 // ScanStable is keyset paging: each page seeks past the last key of the one before, so keys deleted
 // behind the walk shift nothing. Next is a MarkerResume of the page's last key.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	return s.scanStable(ctx, &scanStableQuery, ns, r, from, count)
+}
+
+// ScanDeep is ScanStable with a loose index scan for a page (walkQuery): a page of deep keys costs
+// its keys, not their entries (is.DeepScanner).
+func (s *Store) ScanDeep(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	return s.scanStable(ctx, &scanDeepQuery, ns, r, from, count)
+}
+
+// scanStable pages with queries[strict][bounded].
+func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
@@ -731,7 +747,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() {
 		args = append(args, r.End)
 	}
-	keys, ids, err := s.keysWithLastIDs(ctx, scanStableQuery[b2i(strict)][b2i(r.Bounded())], count, args...)
+	keys, ids, err := s.keysWithLastIDs(ctx, queries[b2i(strict)][b2i(r.Bounded())], count, args...)
 	if err != nil {
 		return is.Page{}, s.failScan(is.OpScanStable, ns, r.String(), err)
 	}

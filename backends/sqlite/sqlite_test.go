@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
 
 func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), 0) }
 
-// BenchmarkWalkDepth: a ScanStable walk costs per key, however many entries a key holds.
+// BenchmarkWalkDepth: ScanStable (GROUP BY) and ScanDeep (the skip scan) walks of one-entry and deep keys.
 func BenchmarkWalkDepth(b *testing.B) { storagetest.BenchWalkDepth(b, harness(), 0, nil) }
 
 // rawWalk is the keyset loop an application would write against the table itself, through the same

@@ -174,10 +174,11 @@ const (
 )
 
 // BenchWalkDepth walks keys indexes of one entry each and keys indexes of BenchDepthEntries entries
-// each, two namespaces of one store, with full ScanStable walks in pages of BenchPageSize, and reports
-// the cost of a key in both beside their ratio: a walk whose cost is per key, not per entry, shows a
-// deep/flat near 1. The two walks alternate inside each iteration, as Bench's Paired does, so that noise
-// on a shared machine hits both. settle, when set, runs once the keys are written and before any walk:
+// each, two namespaces of one store, with full walks in pages of BenchPageSize, by ScanStable and by
+// ScanDeep (is.ScanDeep: ScanStable again where the backend has no ScanDeep), and reports the cost of
+// a key of each namespace by each: a walk whose cost is per key, not per entry, costs the same on both.
+// The walks alternate inside each iteration, as Bench's Paired does, so that noise on a shared machine
+// hits them all. settle, when set, runs once the keys are written and before any walk:
 // a harness brings its engine to the state a long-running store is in (PostgreSQL's VACUUM, which a
 // test server with autovacuum off never runs).
 func BenchWalkDepth(b *testing.B, h Harness, keys int, settle func(ctx context.Context, st is.Storage) error) {
@@ -198,30 +199,43 @@ func BenchWalkDepth(b *testing.B, h Harness, keys int, settle func(ctx context.C
 			b.Fatal(err)
 		}
 	}
-	walk := func(ns string) time.Duration {
+	// ScanStable and ScanDeep (is.ScanDeep: ScanStable where the backend has no ScanDeep), each over
+	// both namespaces.
+	scans := []func(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error){
+		st.ScanStable,
+		func(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+			return is.ScanDeep(ctx, st, ns, r, from, count)
+		},
+	}
+	walk := func(scan int, ns string) time.Duration {
 		start := time.Now()
-		if n, err := WalkAll(ctx, st, ns, BenchPageSize); err != nil || n < keys {
-			b.Fatalf("ScanStable walk of %s: %d keys, %v", ns, n, err)
+		if n, err := walkWith(ctx, scans[scan], ns, BenchPageSize); err != nil || n < keys {
+			b.Fatalf("walk of %s: %d keys, %v", ns, n, err)
 		}
 		return time.Since(start)
 	}
 	// One untimed walk of each first: freshly written rows are cold.
-	walk(flatNS)
-	walk(deepNS)
-	var flat, deep time.Duration
+	for scan := range scans {
+		walk(scan, flatNS)
+		walk(scan, deepNS)
+	}
+	var flat, deep [2]time.Duration
 	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			flat += walk(flatNS)
-			deep += walk(deepNS)
-		} else {
-			deep += walk(deepNS)
-			flat += walk(flatNS)
+		for scan := range scans {
+			if i%2 == 0 {
+				flat[scan] += walk(scan, flatNS)
+				deep[scan] += walk(scan, deepNS)
+			} else {
+				deep[scan] += walk(scan, deepNS)
+				flat[scan] += walk(scan, flatNS)
+			}
 		}
 	}
 	perKey := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(keys*b.N) }
-	b.ReportMetric(perKey(flat), "flat-ns/key")
-	b.ReportMetric(perKey(deep), fmt.Sprintf("deep%d-ns/key", BenchDepthEntries))
-	b.ReportMetric(float64(deep)/float64(flat), "deep/flat")
+	for scan, name := range []string{"stable", "deep"} {
+		b.ReportMetric(perKey(flat[scan]), name+"-flat-ns/key")
+		b.ReportMetric(perKey(deep[scan]), fmt.Sprintf("%s-deep%d-ns/key", name, BenchDepthEntries))
+	}
 }
 
 // populateDepth writes n indexes of entries entries each to ns with 8 writers, one AppendMany an index.
@@ -276,10 +290,15 @@ func Populate(ctx context.Context, st is.Storage, ns string, n int) error {
 // that may repeat keys can return more than there are). A page that passes an index over as
 // unreadable fails the walk: a timing of a walk that skipped reads compares with nothing.
 func WalkAll(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
+	return walkWith(ctx, st.ScanStable, ns, pageSize)
+}
+
+// walkWith is WalkAll with scan for ScanStable.
+func walkWith(ctx context.Context, scan func(context.Context, string, is.KeyRange, is.Resume, int) (is.Page, error), ns string, pageSize int) (int, error) {
 	n := 0
 	var from is.Resume
 	for {
-		page, err := st.ScanStable(ctx, ns, is.AllKeys, from, pageSize)
+		page, err := scan(ctx, ns, is.AllKeys, from, pageSize)
 		if err != nil {
 			return n, err
 		}

@@ -69,7 +69,31 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
 	t.Run("Linearizable", func(t *testing.T) { testLinearizable(t, h) })
 	t.Run("Poisoned", func(t *testing.T) { testPoisoned(t, h) })
+	t.Run("ScanDeep", func(t *testing.T) { testScanDeep(t, h) })
 }
+
+// testScanDeep runs the ScanStable checks, the keys' and the model's on ScanDeep, where the backend is
+// an is.DeepScanner: ScanDeep has ScanStable's contract exactly.
+func testScanDeep(t *testing.T, h Harness) {
+	if _, ok := h.New(t).(is.DeepScanner); !ok {
+		t.Skip("the backend has no ScanDeep (is.DeepScanner)")
+	}
+	deep := h
+	deep.New = func(tb testing.TB) is.Storage { return deepAsStable{h.New(tb)} }
+	deep.Poison = nil // a harness's poison reaches its own Storage type
+	t.Run("Keys", func(t *testing.T) { testKeys(t, deep) })
+	t.Run("ScanStable", func(t *testing.T) { testScanStable(t, deep) })
+	t.Run("Model", func(t *testing.T) { testModel(t, deep) })
+}
+
+// deepAsStable is a DeepScanner whose ScanStable is its ScanDeep.
+type deepAsStable struct{ is.Storage }
+
+func (d deepAsStable) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	return d.Storage.(is.DeepScanner).ScanDeep(ctx, ns, r, from, count)
+}
+
+func (d deepAsStable) Capabilities() is.Capabilities { return is.CapabilitiesOf(d.Storage) }
 
 // fixture is one test's storage and what the helpers need with it.
 type fixture struct {
