@@ -24,12 +24,12 @@ func writePlot(path string, res Result) error {
 	var a, b []line
 	var aFault, bFault [2]float64
 	for _, r := range res.A {
-		a = append(a, line{label: "ephemeral, " + r.label(), pts: r.series})
+		a = append(a, line{label: "ephemeral, " + sweepLabel(r.SweepOn, r.DurableRoute), pts: r.series})
 		aFault = [2]float64{r.faultFrom, r.faultTo}
 	}
 	for _, r := range res.A {
 		if !r.SweepOn || r.DurableRoute { // the durable stream: registering rows, and swept instead
-			a = append(a, line{label: "durable, " + r.label(), pts: r.durable})
+			a = append(a, line{label: "durable, " + sweepLabel(r.SweepOn, r.DurableRoute), pts: r.durable})
 		}
 	}
 	for _, r := range res.B {
@@ -96,8 +96,8 @@ func panel(img *image.RGBA, r image.Rectangle, title string, lines []line, fault
 			a, b := l.pts[j-1], l.pts[j]
 			segment(img, px(a.x), py(math.Log10(math.Max(a.y.Seconds()*1000, 1))), px(b.x), py(math.Log10(math.Max(b.y.Seconds()*1000, 1))), c)
 		}
-		hline(img, r.Max.X-170, r.Max.X-150, r.Min.Y+14+i*16-4, c)
-		label(img, r.Max.X-145, r.Min.Y+14+i*16, l.label, c)
+		hline(img, r.Max.X-250, r.Max.X-230, r.Min.Y+14+i*16-4, c)
+		label(img, r.Max.X-225, r.Min.Y+14+i*16, l.label, c)
 	}
 }
 
