@@ -267,23 +267,7 @@ func BenchKey(i int) string { return fmt.Sprintf("component:agent-%08d", i) }
 
 // Populate writes n one-entry indexes to ns with 8 writers.
 func Populate(ctx context.Context, st is.Storage, ns string, n int) error {
-	const writers = 8
-	var wg sync.WaitGroup
-	errs := make([]error, writers)
-	for w := range writers {
-		wg.Go(func() {
-			for i := w; i < n && errs[w] == nil; i += writers {
-				errs[w] = st.Append(ctx, ns, BenchKey(i), 1, []byte("entry"))
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return populateDepth(ctx, st, ns, n, 1, []byte("entry"))
 }
 
 // WalkAll runs one full ScanStable walk of ns and returns how many keys it was handed (a backend
