@@ -83,9 +83,9 @@ return out
 
 // lastIDs reads the last id of each of a page's keys in one pipeline: one script, which reads each
 // index's last member and returns its 8 id bytes only; on a cluster one script per tag (the keys of
-// one bucket, or the unbucketed ones, share a slot). It returns the keys that still exist with their ids. A key whose index went
-// between the index set's read and this one is left out of the page, as a walk may leave out a key
-// deleted during it. If any read fails (an index another writer replaced with a value of another type,
+// one bucket, or the unbucketed ones, share a slot). It returns the keys that still exist with their
+// ids. A key whose index went between the index set's read and this one is left out of the page, as a
+// walk may leave out a key deleted during it. If any read fails (an index another writer replaced with a value of another type,
 // a connection lost), the page goes without ids, all its keys kept: ids are an optimisation, and the
 // caller reads each index itself and meets the failure there.
 func (s *Store) lastIDs(ctx context.Context, ns string, keys []string) ([]string, []uint64) {
@@ -258,6 +258,9 @@ return out
 // slot of its own, and a script may touch one slot only: there the reads are one command each, which
 // the cluster client sends to each set's node.
 func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo, hi int, zr *goredis.ZRangeBy) func() ([][]string, error) {
+	if lo >= hi {
+		return func() ([][]string, error) { return nil, nil } // a range of unbucketed keys only: no set to read
+	}
 	sets := make([]string, 0, hi-lo)
 	for b := lo; b < hi; b++ {
 		sets = append(sets, s.setKey(ns, hexTag(b)))
@@ -270,7 +273,7 @@ func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo
 			if err != nil {
 				return nil, err
 			}
-			if len(vals) > len(sets) || (len(vals) == 0 && len(sets) > 0) {
+			if len(vals) == 0 || len(vals) > len(sets) {
 				return nil, fmt.Errorf("index set probe: %d replies for %d sets", len(vals), len(sets))
 			}
 			out := make([][]string, len(vals))
