@@ -1,9 +1,9 @@
-# Sourced by .ci/run: a local Redis Cluster of 3 masters and 3 replicas on loopback ports
-# 127.0.0.1:7000-7005 (STRATA_TEST_REDIS_CLUSTER_PORT moves the first), for the redis+cluster:// backend
-# tests, unless the first port already answers; then STRATA_TEST_REDIS_CLUSTER_URL pointing at it.
-# Each node is redis-server --cluster-enabled yes, nothing persisted, its own directory under /tmp.
-# Tests isolate themselves by key prefix and never FLUSHALL. Sourced under `set -euo pipefail`: no
-# exit, only return.
+# Sourced by .ci/services.sh (for .ci/run and test/long.sh): a local Redis Cluster of 3 masters and 3
+# replicas on loopback ports 127.0.0.1:7000-7005 (STRATA_TEST_REDIS_CLUSTER_PORT moves the first), for
+# the redis+cluster:// backend tests, unless the first port already answers; then
+# STRATA_TEST_REDIS_CLUSTER_URL pointing at it. Each node is redis-server --cluster-enabled yes, nothing
+# persisted, its own directory under /tmp. Tests isolate themselves by key prefix and never FLUSHALL.
+# Sourced under `set -euo pipefail`: no exit, only return.
 rc_port="${STRATA_TEST_REDIS_CLUSTER_PORT:-7000}"
 rc_ports="$rc_port $((rc_port + 1)) $((rc_port + 2)) $((rc_port + 3)) $((rc_port + 4)) $((rc_port + 5))"
 export STRATA_TEST_REDIS_CLUSTER_URL="${STRATA_TEST_REDIS_CLUSTER_URL:-redis+cluster://127.0.0.1:${rc_port},127.0.0.1:$((rc_port + 1)),127.0.0.1:$((rc_port + 2))/}"

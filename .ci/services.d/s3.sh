@@ -1,7 +1,8 @@
-# Sourced by .ci/run: an S3-protocol server on loopback (internal/s3local: gofakes3, in memory) for the
-# blob store tests, unless one already listens, and STRATA_TEST_S3_URL pointing at it. Any credentials
-# are accepted; the AWS SDK is given dummy ones and told not to ask the EC2 metadata endpoint, since
-# there is no outside network. Sourced under `set -euo pipefail`: no exit, only return.
+# Sourced by .ci/services.sh (for .ci/run and test/long.sh): an S3-protocol server on loopback
+# (internal/s3local: gofakes3, in memory) for the blob store tests, unless one already listens, and
+# STRATA_TEST_S3_URL pointing at it. Any credentials are accepted; the AWS SDK is given dummy ones and
+# told not to ask the EC2 metadata endpoint, since there is no outside network. Sourced under `set -euo
+# pipefail`: no exit, only return.
 s3_port="${STRATA_TEST_S3_PORT:-9000}"
 export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-strata-test}"
 export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-strata-test-secret}"

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
 )
 
 // The cross-process race: this test process drains and removes agents while a second process (this
@@ -44,9 +45,7 @@ func raceAgents() []string {
 }
 
 func TestRemoval_CrossProcessRaceLosesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the cross-process race takes a few seconds")
-	}
+	testenv.SkipUnlessLong(t, "the cross-process race (a few seconds)")
 	unsafe := os.Getenv(envUnsafe) == "1"
 	rounds := 200
 	if n, err := strconv.Atoi(os.Getenv(envRounds)); err == nil && n > 0 {

@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -17,13 +18,24 @@ func (h Harness) raceRounds(base int) int {
 	return quick(base)
 }
 
-// quick is n, or a tenth of it (at least 1) under go test -short: the quick mode runs every check,
-// with fewer random cases.
+// quick is n in the long run, else a tenth of it (at least 1): the quick mode, `go test`'s default,
+// runs every check with fewer random cases. The long run is STRATA_TEST_LONG=1 without -short.
 func quick(n int) int {
-	if testing.Short() {
+	if !Long() {
 		return max(1, n/10)
 	}
 	return n
+}
+
+// LongEnv is the variable that turns on the suite's long run: STRATA_TEST_LONG=1 runs every random
+// check (model cases, linearizability histories, race rounds) ten times as often as the default. A
+// backend's CI should set it; a developer's `go test` stays quick.
+const LongEnv = "STRATA_TEST_LONG"
+
+// Long reports whether the suite runs long: LongEnv is 1 or true, and go test was not given -short.
+func Long() bool {
+	v := os.Getenv(LongEnv)
+	return !testing.Short() && (v == "1" || v == "true")
 }
 
 // testIsolation holds the checks of DESIGN §10 that concern what one caller can see of another's

@@ -20,12 +20,18 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stratalog/strata/indexedstorage/storagetest"
 )
 
 const (
 	PostgresEnv = "STRATA_TEST_POSTGRES_URL"
 	RedisEnv    = "STRATA_TEST_REDIS_URL"
 )
+
+// services names the server each variable points the tests at, for the skip announcement.
+var services = map[string]string{PostgresEnv: "PostgreSQL", RedisEnv: "Redis", RedisClusterEnv: "a Redis Cluster",
+	S3Env: "an S3-protocol server"}
 
 // InCI reports whether CI=true, where a missing service is a failure rather than a skip.
 func InCI() bool { return os.Getenv("CI") == "true" }
@@ -111,6 +117,7 @@ func envURL(tb testing.TB, env, hint string) string {
 		if InCI() {
 			tb.Fatalf("%s is not set; CI=true requires it (.ci/run exports it after starting the service)", env)
 		}
+		announceSkip(env, fmt.Sprintf("skipped the tests that need %s: %s is not set (README, \"Two commands\", says how)", services[env], env))
 		tb.Skipf("%s is not set; %s", env, hint)
 	}
 	return raw
@@ -210,11 +217,22 @@ func WithQuery(tb testing.TB, raw, name, value string) string {
 	return u.String()
 }
 
-// SkipIfShort skips a test that costs minutes (a process crash loop, a black-holed store, a load run)
-// under `go test -short`, the quick mode; CI runs the full suite.
-func SkipIfShort(tb testing.TB, what string) {
+// LongEnv turns on the long runs: STRATA_TEST_LONG=1 (test/long.sh sets it, and .ci/run runs that).
+const LongEnv = storagetest.LongEnv
+
+// Long reports whether this is the long run (STRATA_TEST_LONG=1 and not -short). The default, what
+// `go test ./...` runs, is the quick mode: every package and every conformance check, with a tenth of
+// the random cases and without the runs that cost minutes each. The conformance suite reads the same
+// switch.
+func Long() bool { return storagetest.Long() }
+
+// SkipUnlessLong skips a test that costs minutes (a process crash loop, a black-holed store, a load run)
+// outside the long run; test/long.sh runs them.
+func SkipUnlessLong(tb testing.TB, what string) {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skipf("-short: skipping %s (the full run does it)", what)
+	if !Long() {
+		announceSkip(LongEnv, "the long runs (SIGKILL loops, black-holed stores, load runs, every-call crash windows "+
+			"on every engine, full random rounds) are skipped: test/long.sh runs them (STRATA_TEST_LONG=1)")
+		tb.Skipf("quick mode: skipping %s (%s=1 runs it; test/long.sh)", what, LongEnv)
 	}
 }

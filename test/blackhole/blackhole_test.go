@@ -48,7 +48,7 @@ var (
 )
 
 func TestBlackHole_TheDeadlineAndTheGraceBoundAStoreThatNeverAnswers(t *testing.T) {
-	testenv.SkipIfShort(t, "a store black-holed behind a proxy")
+	testenv.SkipUnlessLong(t, "a store black-holed behind a proxy")
 	bin, err := strataproc.Build(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

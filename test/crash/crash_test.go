@@ -80,7 +80,7 @@ func appendCrashPayload(buf []byte, a oplog.AgentID, i oplog.Index) []byte {
 }
 
 func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
-	testenv.SkipIfShort(t, "the SIGKILL loop")
+	testenv.SkipUnlessLong(t, "the SIGKILL loop")
 	bin := crashBinary(t)
 	iterations := crashIterations(t)
 	t.Run("sqlite", func(t *testing.T) {

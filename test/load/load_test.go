@@ -48,7 +48,7 @@ func loadPayload(a oplog.AgentID, i oplog.Index) []byte {
 }
 
 func TestLoad_TwoSidecarsDrainStrandedAgentsOnce(t *testing.T) {
-	testenv.SkipIfShort(t, "the two-sidecar load run")
+	testenv.SkipUnlessLong(t, "the two-sidecar load run")
 	n := loadAgents(t)
 	t.Run("postgres", func(t *testing.T) {
 		st := backendtest.Postgres().Open(t)

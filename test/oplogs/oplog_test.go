@@ -81,7 +81,7 @@ func TestOplog_DrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
 	const n = 4096 + 2500 // two batches a hop, so a fault can fall between batches
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		if b.Name != "memory" {
-			testenv.SkipIfShort(t, "the crash windows on engines other than memory")
+			testenv.SkipUnlessLong(t, "the crash windows on engines other than memory")
 		}
 		var in faults.Injector
 		base := oplogtest.NewLayers(t, b.Open(t), nil)
