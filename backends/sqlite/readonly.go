@@ -37,9 +37,9 @@ import (
 // holds on it for this process's other connections.)
 //
 // A file whose -wal holds commits, or that has a -journal, is opened mode=ro with SQLite's locking as
-// usual: only the -shm reads such a -wal consistently beside a writer (the -shm exists then, unless a
-// writer crashed and it was removed: on a read-only file system that open fails, and the error says
-// why), and a -journal may be a hot one, which SQLite reports rather than read around.
+// usual: only the -shm reads such a -wal consistently beside a writer (the -shm exists then; if a
+// crashed writer's was removed, SQLite creates one, and on a read-only file system the open fails and
+// the error says why), and a -journal may be a hot one, which SQLite reports rather than read around.
 
 // errReadOnly is what a write to a store opened with ReadOnly fails with.
 var errReadOnly = fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument)

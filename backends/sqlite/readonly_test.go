@@ -253,9 +253,9 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 }
 
 // On a read-only file system a read-only open of a database a writer closed reads it; an open for
-// writing, of that file or of a new one, fails saying the file system is read-only (SQLite's own
-// error says "no such file or directory"); and a read-only open of a database whose -wal holds commits
-// but whose -shm is gone says the same, and why it needed to write.
+// writing, of that file or of a new one (a store or a schedule store), fails saying the file system is
+// read-only (SQLite's own error says "no such file or directory"); and a read-only open of a database
+// whose -wal holds commits but whose -shm is gone says the same, and why it needed to write.
 func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
 	dir, seal := sqlitetest.ReadOnlyMount(t)
 	closed := filepath.Join(dir, "closed.db")
@@ -301,6 +301,10 @@ func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
 	_, err = sqlite.Open(t.Context(), crashed, sqlite.Options{ReadOnly: true})
 	if !errors.Is(err, syscall.EROFS) || !strings.Contains(err.Error(), "-shm") || strings.Contains(err.Error(), "no such file") {
 		t.Errorf("read-only open of a -wal without its -shm on a read-only file system: %v, want EROFS naming the -shm", err)
+	}
+	if _, err := sqlite.OpenSchedule(t.Context(), filepath.Join(dir, "schedule.db"), sqlite.Options{}); !errors.Is(err, syscall.EROFS) ||
+		strings.Contains(err.Error(), "no such file") {
+		t.Errorf("OpenSchedule of a new file on a read-only file system: %v, want EROFS and no \"no such file\"", err)
 	}
 	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("the read-only file system changed: %v, want %v", after, before)
