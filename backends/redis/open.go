@@ -65,8 +65,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 // OpenExisting is Open for a reader that must change nothing (strata scan, strata inspect): it checks
 // the prefix's layout as Open does, reading the marker key but never writing it (an unmarked prefix is
 // looked over for keys of the previous layout every time, and read as it is), and the Store it
-// returns refuses writes with ErrInvalidArgument. It works with a replica or a user whose ACL allows
-// reads only.
+// returns refuses writes with ErrInvalidArgument.
 func OpenExisting(ctx context.Context, rawURL string) (*Store, error) {
 	return open(ctx, rawURL, true)
 }
