@@ -15,10 +15,13 @@ import (
 	"github.com/stratalog/strata/internal/redact"
 )
 
-// OpenExisting is Open for a read-only command (strata scan, strata inspect): it creates no file,
-// directory, schema or table and runs no migration. A SQLite file is opened mode=rw without create, a
-// multisqlite directory must exist, a PostgreSQL schema and its table must exist, Redis is only
-// connected to. A missing store is an error matching fs.ErrNotExist that says what is missing.
+// OpenExisting is Open for a read-only command (strata scan, strata inspect): it writes nothing and
+// creates no file, directory, schema, table or key, and runs no migration. A SQLite file is opened
+// read-only (sqlite.Options.ReadOnly: its bytes, its journal mode and its -wal and -shm stay as they
+// were), a multisqlite directory must exist and its files are opened the same way, a PostgreSQL schema
+// and its table must exist, and Redis's layout marker is read, never written (redis.OpenExisting). A
+// missing store is an error matching fs.ErrNotExist that says what is missing. The stores returned
+// refuse writes (ErrInvalidArgument).
 func OpenExisting(ctx context.Context, rawURL string) (st is.Storage, err error) {
 	defer func() {
 		if err != nil {
@@ -37,17 +40,17 @@ func OpenExisting(ctx context.Context, rawURL string) (st is.Storage, err error)
 		if err != nil {
 			return nil, err
 		}
-		return sqlite.Open(ctx, path, sqlite.Options{MustExist: true})
+		return sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
 	case "multisqlite":
 		dir, err := filePath(u)
 		if err != nil {
 			return nil, err
 		}
-		return multisqlite.Open(ctx, dir, multisqlite.Options{MustExist: true})
+		return multisqlite.Open(ctx, dir, multisqlite.Options{ReadOnly: true})
 	case "postgres", "postgresql":
 		return postgres.OpenExisting(ctx, rawURL)
 	case "redis", "redis+cluster":
-		return redis.Open(ctx, rawURL)
+		return redis.OpenExisting(ctx, rawURL)
 	}
 	return nil, unknownScheme("storage", rawURL, u.Scheme, Schemes)
 }

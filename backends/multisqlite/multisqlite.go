@@ -86,6 +86,12 @@ type Options struct {
 	// MustExist makes Open fail with an error matching fs.ErrNotExist, creating nothing, when the
 	// directory does not exist. (Reads never create a file; writes still do.)
 	MustExist bool
+	// ReadOnly opens the store for a reader that must change nothing (strata scan, strata inspect):
+	// the directory must exist (as with MustExist), each file is opened with sqlite's ReadOnly (no
+	// -wal or -shm created, no migration), no file or directory is created or removed (a read that
+	// finds an index empty leaves its file), and writes fail with ErrInvalidArgument. The directory
+	// locks it takes are shared ones.
+	ReadOnly bool
 	// OnList, if set, is called every time a namespace's directory is listed (a test hook).
 	OnList func(ns string)
 }
@@ -97,6 +103,7 @@ type Store struct {
 	listings *listings
 	dirLocks dirLocks
 	busy     time.Duration // how long an operation waits for a directory's shared lock
+	readOnly bool
 	closed   atomic.Bool
 	removed  atomic.Int64
 
@@ -139,7 +146,7 @@ func Open(_ context.Context, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("multisqlite: open %s: %w", dir, err)
 	}
-	if opts.MustExist {
+	if opts.MustExist || opts.ReadOnly {
 		if fi, err := os.Stat(abs); err != nil {
 			return nil, fmt.Errorf("multisqlite: open %s: %w", dir, err)
 		} else if !fi.IsDir() {
@@ -160,9 +167,9 @@ func Open(_ context.Context, dir string, opts Options) (*Store, error) {
 	if busy <= 0 {
 		busy = sqlite.DefaultBusyTimeout
 	}
-	s := &Store{dir: abs, listings: newListings(ttl, opts.OnList), busy: busy}
+	s := &Store{dir: abs, listings: newListings(ttl, opts.OnList), busy: busy, readOnly: opts.ReadOnly}
 	// A file of this store that holds someone else's tables is damaged, not blank: never migrate it.
-	fileOpts := sqlite.Options{BusyTimeout: opts.BusyTimeout, RefuseForeignTables: true}
+	fileOpts := sqlite.Options{BusyTimeout: opts.BusyTimeout, RefuseForeignTables: true, ReadOnly: opts.ReadOnly}
 	s.pool = newPool(maxOpen, fileOpts)
 	return s, nil
 }
@@ -261,6 +268,11 @@ func (s *Store) withFile(ctx context.Context, ns string, loc location, create bo
 	}
 	defer s.pool.release(c)
 	if err := fn(c); err != nil {
+		if s.readOnly && is.IsTransient(err) {
+			// A file read as immutable that a writer has touched since fails every read (sqlite's
+			// ReadOnly): the next operation opens it afresh.
+			s.pool.discard(c)
+		}
 		return true, fileStoreError{err}
 	}
 	return true, nil
@@ -364,7 +376,7 @@ func (s *Store) remove(ctx context.Context, ns, key string, patience time.Durati
 // (its lock was busy) or a writer left empty (it died before its first commit). It does not wait for
 // the lock, and a failure changes nothing.
 func (s *Store) tidy(ctx context.Context, found, empty bool, ns, key string) {
-	if found && empty && !s.closed.Load() {
+	if found && empty && !s.readOnly && !s.closed.Load() {
 		_ = s.remove(ctx, ns, key, 0)
 	}
 }
@@ -395,6 +407,9 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 	}
 	if err := is.ValidateBatch(entries); err != nil {
 		return err
+	}
+	if s.readOnly {
+		return fmt.Errorf("multisqlite %s %s:%q: %w: the store was opened read-only", op, ns, key, is.ErrInvalidArgument)
 	}
 	if len(entries) == 0 {
 		if s.closed.Load() {

@@ -148,9 +148,13 @@ func (p *pool) openStore(ctx context.Context, path string, create bool) (*sqlite
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := persistWAL(ctx, st); err != nil {
-		st.Close()
-		return nil, nil, err
+	// A read-only connection never removes the -wal and -shm (it cannot take the lock to), and sets
+	// nothing on the file.
+	if !opts.ReadOnly {
+		if err := persistWAL(ctx, st); err != nil {
+			st.Close()
+			return nil, nil, err
+		}
 	}
 	id, err := os.Stat(path)
 	if err != nil {

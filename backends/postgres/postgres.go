@@ -61,6 +61,8 @@ type Store struct {
 	schema string
 	table  string
 	closed atomic.Bool
+	// readOnly: made by OpenExisting, the Store refuses writes.
+	readOnly bool
 
 	sqlExists, sqlLength, sqlAppend, sqlRead, sqlFirstFrom, sqlClosestLast, sqlLast, sqlLastID, sqlDropBatch, sqlDropAll, sqlDelete string
 	// sqlPage[strict][bounded] is ScanStable's page (see pageSQL), sqlWalk[strict][bounded] ScanDeep's
@@ -268,6 +270,17 @@ func (s *Store) start(op string, invalid error) error {
 	return nil
 }
 
+// startWrite is start for a write, which a Store from OpenExisting refuses.
+func (s *Store) startWrite(op string, invalid error) error {
+	if err := s.start(op, invalid); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return fmt.Errorf("postgres %s: %w: the store was opened read-only", op, is.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // fail classifies a native error. A store closed under a running operation fails with ErrClosed,
 // whatever the pool made of it.
 func (s *Store) fail(op string, err error) error {
@@ -308,7 +321,7 @@ func (s *Store) appendEntries(ctx context.Context, op, ns, key string, entries [
 	if invalid == nil {
 		invalid = is.ValidateBatch(entries)
 	}
-	if err := s.start(op, invalid); err != nil {
+	if err := s.startWrite(op, invalid); err != nil {
 		return err
 	}
 	if len(entries) == 0 {
@@ -470,7 +483,7 @@ func scanEntry(row pgx.CollectableRow) (is.Entry, error) {
 // atomic, and an Append waits for it, so none is lost or left behind. The lock and the first batch ride
 // in the same round trip as BEGIN.
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
-	if err := s.start("drop prefix", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.startWrite("drop prefix", is.ValidateIndex(ns, key)); err != nil {
 		return 0, err
 	}
 	if upTo == 0 {
@@ -538,7 +551,7 @@ func (s *Store) dropAll(ctx context.Context, ns, key string, bound int64) (dropp
 }
 
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	if err := s.start("delete", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.startWrite("delete", is.ValidateIndex(ns, key)); err != nil {
 		return err
 	}
 	// The lock and the DELETE share one implicit transaction, in one round trip.

@@ -30,7 +30,16 @@ const layoutProbeCount = 1000
 //
 // To move on from the previous layout, drain the prefix with the version that wrote it (every agent
 // archived, the layers empty) and delete what is left, or give this version a new prefix.
+//
+// A Store from OpenExisting checks the same way but never writes the marker: it pays the SCAN at
+// every open of an unmarked prefix instead, and reads what is there.
 func (s *Store) CheckLayout(ctx context.Context) error {
+	return s.checkLayout(ctx, !s.readOnly)
+}
+
+// checkLayout is CheckLayout; mark says whether it may write the marker on a prefix it found in this
+// layout.
+func (s *Store) checkLayout(ctx context.Context, mark bool) error {
 	if s.closed.Load() {
 		return is.ErrClosed
 	}
@@ -52,6 +61,9 @@ func (s *Store) CheckLayout(ctx context.Context) error {
 		return fmt.Errorf("%w: %w: %q is an index of the layout before index sets, which this version cannot see; "+
 			"drain the prefix with the version that wrote it, or give this one a new prefix (docs/redis.md, \"The previous layout\")",
 			is.ErrInvalidArgument, ErrOldLayout, old)
+	}
+	if !mark {
+		return nil
 	}
 	if err := s.client.SetNX(ctx, marker, layoutVersion, 0).Err(); err != nil {
 		return fmt.Errorf("write layout marker %q: %w", marker, classify(err))

@@ -59,6 +59,18 @@ const (
 // server that does not answer is classified like any other failure (connection refused is
 // ErrTransient).
 func Open(ctx context.Context, rawURL string) (*Store, error) {
+	return open(ctx, rawURL, false)
+}
+
+// OpenExisting is Open for a reader that must change nothing (strata scan, strata inspect): it checks
+// the prefix's layout as Open does, reading the marker key but never writing it (an unmarked prefix is
+// looked over for keys of the previous layout every time, and read as it is), and the Store it
+// returns refuses writes with ErrInvalidArgument.
+func OpenExisting(ctx context.Context, rawURL string) (*Store, error) {
+	return open(ctx, rawURL, true)
+}
+
+func open(ctx context.Context, rawURL string, readOnly bool) (*Store, error) {
 	cfg, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -73,6 +85,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	}
 	s := New(client, cfg.prefix).WithWait(cfg.wait)
 	s.owned = true
+	s.readOnly = readOnly
 	if err := s.check(ctx, cfg.cluster != nil); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("redis open %s: %w", redact(rawURL), err)

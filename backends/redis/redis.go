@@ -73,6 +73,8 @@ type Store struct {
 	// noScan is set for clients whose SCAN reaches one shard only (cluster, ring).
 	noScan bool
 	wait   WaitOptions
+	// readOnly: made by OpenExisting, the Store writes nothing, the layout marker included.
+	readOnly bool
 }
 
 // WaitOptions make each write wait for replicas: WAIT Replicas Timeout on the write's own connection.
@@ -263,6 +265,9 @@ func (s *Store) write(ctx context.Context, script *goredis.Script, data, set str
 }
 
 func (s *Store) writeInt(ctx context.Context, script *goredis.Script, data, set string, args []any) (int64, error) {
+	if s.readOnly {
+		return 0, fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument)
+	}
 	keys := []string{data, set}
 	if s.wait.Replicas <= 0 {
 		return script.Run(ctx, s.client, keys, args...).Int64()

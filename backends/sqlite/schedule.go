@@ -140,6 +140,9 @@ func OpenSchedule(ctx context.Context, path string, opts Options) (*ScheduleStor
 	if path == "" {
 		return nil, fmt.Errorf("sqlite schedule: open: %w: empty path", is.ErrInvalidArgument)
 	}
+	if opts.ReadOnly {
+		return nil, fmt.Errorf("sqlite schedule: open %s: %w: the schedule store has no read-only mode", path, is.ErrInvalidArgument)
+	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, err)
@@ -157,7 +160,8 @@ func OpenSchedule(ctx context.Context, path string, opts Options) (*ScheduleStor
 	db.SetConnMaxIdleTime(0)
 	if err := migrateSchedule(ctx, db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, classify(err, false))
+		err, _ := explainOpenFailure(abs, false, classify(err, false))
+		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, err)
 	}
 	return &ScheduleStore{path: abs, db: db}, nil
 }

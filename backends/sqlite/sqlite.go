@@ -65,6 +65,12 @@ type Options struct {
 	// holds tables other than index_storage: for a caller whose files are its own alone (multisqlite),
 	// such a file is someone else's database, not a blank one to migrate into shape.
 	RefuseForeignTables bool
+	// ReadOnly opens an existing file for reading only, for a command that must change nothing
+	// (strata scan, strata inspect): mode=ro, no journal-mode change, no migration, and no -wal or
+	// -shm created (readonly.go says how). A file without index_storage fails with an error matching
+	// fs.ErrNotExist, one of a schema version newer than this build's with a plain error; writes fail
+	// with ErrInvalidArgument. It implies MustExist.
+	ReadOnly bool
 }
 
 // Store is the SQLite backend. It is safe for concurrent use.
@@ -75,6 +81,11 @@ type Store struct {
 
 	closed  atomic.Bool
 	closeMu sync.Mutex
+
+	readOnly bool
+	// unchanged, set for a file read as immutable (readonly.go), fails when a writer has touched the
+	// file since the open; every read checks it after reading.
+	unchanged func() error
 }
 
 var _ is.Storage = (*Store)(nil)
@@ -88,6 +99,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if opts.ReadOnly {
+		return openReadOnly(ctx, path, abs, opts)
 	}
 	if opts.MustExist {
 		if _, err := os.Stat(abs); err != nil {
@@ -110,7 +124,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s.writer, s.reader = writer, writer
 	if err := migrate(ctx, writer, opts.RefuseForeignTables); err != nil {
 		writer.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, classify(err, false))
+		err, _ := explainOpenFailure(abs, false, classify(err, false))
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	if !opts.SingleConnection {
 		readers := opts.Readers
@@ -387,6 +402,9 @@ func (s *Store) begin(ns, key string) error {
 // write runs fn in a BEGIN IMMEDIATE transaction on the writer: the write lock is held from the first
 // read, so what fn checks still holds when it writes.
 func (s *Store) write(ctx context.Context, op is.Operation, ns, key string, fn func(tx *sql.Tx) error) error {
+	if s.readOnly {
+		return s.fail(op, ns, key, errReadOnly)
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return s.fail(op, ns, key, err)
@@ -418,13 +436,14 @@ func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
 		return false, err
 	}
 	var one int
-	switch err := s.reader.QueryRowContext(ctx, qExists, ns, key).Scan(&one); {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
-	case err != nil:
+	err := s.reader.QueryRowContext(ctx, qExists, ns, key).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	if err := s.settled(err); err != nil {
 		return false, s.fail(is.OpExists, ns, key, err)
 	}
-	return true, nil
+	return one == 1, nil
 }
 
 func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
@@ -498,7 +517,7 @@ func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := s.reader.QueryRowContext(ctx, qLength, ns, key).Scan(&n); err != nil {
+	if err := s.settled(s.reader.QueryRowContext(ctx, qLength, ns, key).Scan(&n)); err != nil {
 		return 0, s.fail(is.OpLength, ns, key, err)
 	}
 	return uint64(n), nil
@@ -525,7 +544,7 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is
 		}
 		out = append(out, e)
 	}
-	if err := rows.Err(); err != nil {
+	if err := s.settled(rows.Err()); err != nil {
 		return nil, s.fail(is.OpRead, ns, key, err)
 	}
 	return out, nil
@@ -551,13 +570,15 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error
 		return 0, false, err
 	}
 	var id int64
-	switch err := s.reader.QueryRowContext(ctx, qLastID, ns, key).Scan(&id); {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
-	case err != nil:
+	err := s.reader.QueryRowContext(ctx, qLastID, ns, key).Scan(&id)
+	found := err == nil
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	if err := s.settled(err); err != nil {
 		return 0, false, s.fail(is.OpLastID, ns, key, err)
 	}
-	return uint64(id), true, nil
+	return uint64(id), found, nil
 }
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
@@ -581,7 +602,7 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 	}
 	var last, found sql.NullInt64
 	var value []byte
-	if err := s.reader.QueryRowContext(ctx, qClosestLast, ns, key, int64(id)).Scan(&last, &found, &value); err != nil {
+	if err := s.settled(s.reader.QueryRowContext(ctx, qClosestLast, ns, key, int64(id)).Scan(&last, &found, &value)); err != nil {
 		return is.Entry{}, false, 0, false, s.fail(is.OpClosestLast, ns, key, err)
 	}
 	var e is.Entry
@@ -594,13 +615,14 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 // one runs a query for at most one entry of (ns, key); extra are the query's arguments after those two.
 func (s *Store) one(ctx context.Context, op is.Operation, ns, key, query string, extra ...any) (is.Entry, bool, error) {
 	e, err := scanEntry(s.reader.QueryRowContext(ctx, query, append([]any{ns, key}, extra...)...))
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return is.Entry{}, false, nil
-	case err != nil:
+	found := err == nil
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	if err := s.settled(err); err != nil {
 		return is.Entry{}, false, s.fail(op, ns, key, err)
 	}
-	return e, true, nil
+	return e, found, nil
 }
 
 func scanEntry(row interface{ Scan(...any) error }) (is.Entry, error) {
@@ -748,7 +770,7 @@ func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string
 		args = append(args, r.End)
 	}
 	keys, ids, err := s.keysWithLastIDs(ctx, queries[b2i(strict)][b2i(r.Bounded())], count, args...)
-	if err != nil {
+	if err := s.settled(err); err != nil {
 		return is.Page{}, s.failScan(is.OpScanStable, ns, r.String(), err)
 	}
 	if len(keys) <= count {
@@ -779,7 +801,7 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	}
 	args = append(args, int64(count)+1, int64(cursor))
 	keys, err := s.keys(ctx, scanQuery[b2i(bounded)], count, args...)
-	if err != nil {
+	if err := s.settled(err); err != nil {
 		return 0, nil, s.failScan(is.OpScan, ns, fmt.Sprintf("prefix %q", prefix), err)
 	}
 	if len(keys) <= count {

@@ -1,0 +1,111 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/stratalog/strata/backends/redis"
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
+)
+
+// prefixKeys is every key under prefix (on a cluster, of every master), sorted.
+func prefixKeys(t *testing.T, c goredis.UniversalClient, prefix string) []string {
+	t.Helper()
+	var keys []string
+	scan := func(node *goredis.Client) error {
+		iter := node.Scan(t.Context(), 0, prefix+"*", 1000).Iterator()
+		for iter.Next(t.Context()) {
+			keys = append(keys, iter.Val())
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := c.(type) {
+	case *goredis.ClusterClient:
+		var nodes []*goredis.Client
+		err = c.ForEachMaster(t.Context(), func(_ context.Context, node *goredis.Client) error {
+			nodes = append(nodes, node)
+			return nil
+		})
+		for _, node := range nodes {
+			if err == nil {
+				err = scan(node)
+			}
+		}
+	case *goredis.Client:
+		err = scan(c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// OpenExisting reads the layout marker and never writes it: a prefix of this layout without the
+// marker opens and reads as it is, and stays without it; a prefix of the previous layout or of a newer
+// one is refused as Open refuses it. Its Store refuses writes.
+func TestOpenExisting_ReadsTheLayoutNeverWritesIt(t *testing.T) {
+	layoutCases(t, func(t *testing.T, raw, prefix string, c goredis.UniversalClient) {
+		ctx := t.Context()
+		url := testenv.WithQuery(t, raw, redis.PrefixParam, prefix)
+		key := is.BucketPrefix(5) + "c:a"
+		// Written without Open, as a foreign writer following docs/redis.md does: no marker.
+		if err := redis.New(c, prefix).Append(ctx, ns, key, 1, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		before := prefixKeys(t, c, prefix)
+		st, err := redis.OpenExisting(ctx, url)
+		if err != nil {
+			t.Fatalf("OpenExisting of an unmarked prefix: %v", err)
+		}
+		defer st.Close()
+		if last, ok, err := st.LastID(ctx, ns, key); err != nil || !ok || last != 1 {
+			t.Fatalf("LastID through OpenExisting: %d %v %v", last, ok, err)
+		}
+		if err := st.CheckLayout(ctx); err != nil {
+			t.Fatalf("CheckLayout of a read-only Store: %v", err)
+		}
+		if err := st.Append(ctx, ns, key, 2, nil); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("Append through OpenExisting: %v, want ErrInvalidArgument", err)
+		}
+		if _, err := st.DropPrefix(ctx, ns, key, 1); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("DropPrefix through OpenExisting: %v, want ErrInvalidArgument", err)
+		}
+		if err := st.Delete(ctx, ns, key); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("Delete through OpenExisting: %v, want ErrInvalidArgument", err)
+		}
+		if after := prefixKeys(t, c, prefix); !slices.Equal(before, after) {
+			t.Fatalf("keys after OpenExisting: %q, want %q", after, before)
+		}
+
+		// A key of the previous layout: refused, naming it, and still nothing written.
+		old := prefix + ns + ":" + is.BucketPrefix(5) + "c:old"
+		if err := c.ZAdd(ctx, old, goredis.Z{Member: "\x00\x00\x00\x00\x00\x00\x00\x01v"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before = prefixKeys(t, c, prefix)
+		if _, err := redis.OpenExisting(ctx, url); !errors.Is(err, redis.ErrOldLayout) || !strings.Contains(err.Error(), old) {
+			t.Fatalf("OpenExisting over a key of the previous layout: %v, want ErrOldLayout naming %q", err, old)
+		}
+		if after := prefixKeys(t, c, prefix); !slices.Equal(before, after) {
+			t.Fatalf("keys after a refused OpenExisting: %q, want %q", after, before)
+		}
+		// A marker of a newer layout: refused.
+		if err := c.Del(ctx, old).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Set(ctx, prefix+"{strata}layout", "3", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redis.OpenExisting(ctx, url); !errors.Is(err, is.ErrInvalidArgument) || !strings.Contains(err.Error(), `"3"`) {
+			t.Fatalf("OpenExisting of layout 3: %v", err)
+		}
+	})
+}
