@@ -115,9 +115,14 @@ func (c *Compressed) Append(ctx context.Context, agent oplog.AgentID, mode oplog
 	return c.wrap("append", agent, c.st.AppendMany(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), rows))
 }
 
-func (c *Compressed) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) error {
-	_, err := c.st.DropPrefix(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), uint64(upTo))
-	return c.wrap("drop prefix", agent, err)
+// DropPrefix returns how many chunks it removed: the storage's own count, so of two racing drops each
+// chunk is counted once.
+func (c *Compressed) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) (uint64, error) {
+	dropped, err := c.st.DropPrefix(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), uint64(upTo))
+	if err != nil {
+		return 0, c.wrap("drop prefix", agent, err)
+	}
+	return dropped, nil
 }
 
 func (c *Compressed) Delete(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) error {

@@ -69,9 +69,15 @@ type Layer interface {
 	// layer rewrites identical bytes. Either way readers see each index once.
 	Append(ctx context.Context, agent AgentID, mode Mode, entries []Entry) error
 
-	// DropPrefix removes what the layer holds with index ≤ upTo. A chunked layer removes whole chunks
-	// only: a chunk straddling upTo stays until a later drop covers its last index.
-	DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) error
+	// DropPrefix removes what the layer holds with index ≤ upTo, atomically, and returns how many of
+	// its stored units (entries of the primary, chunks of a chunked layer) this call removed. A chunked
+	// layer removes whole chunks only: a chunk straddling upTo stays until a later drop covers its last
+	// index. Of two drops racing over the same units, each unit is counted by the one that removed it,
+	// so a drop that finds them gone already returns 0: that is how a drain tells that a concurrent one
+	// moved its entries first (Step.Finished). A layer whose storage cannot tell (a blob store's Delete
+	// of a missing blob succeeds) counts what it found and deleted, and may count a unit a racing drop
+	// counts too; such a layer belongs at the bottom of a stack, as the blob layer does.
+	DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) (dropped uint64, err error)
 
 	// Delete removes everything the layer holds for the oplog; deleting nothing is not an error.
 	Delete(ctx context.Context, agent AgentID, mode Mode) error

@@ -125,11 +125,14 @@ func (p *Primary) Append(ctx context.Context, agent AgentID, mode Mode, entries 
 	return nil
 }
 
-func (p *Primary) DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) error {
-	if _, err := p.st.DropPrefix(ctx, PrimaryNamespace(mode), agent.StoredKey(), uint64(upTo)); err != nil {
-		return fmt.Errorf("drop primary oplog of %s up to %d: %w", agent, upTo, err)
+// DropPrefix returns how many entries it removed: the storage's own count, so of two racing drops each
+// entry is counted once.
+func (p *Primary) DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) (uint64, error) {
+	dropped, err := p.st.DropPrefix(ctx, PrimaryNamespace(mode), agent.StoredKey(), uint64(upTo))
+	if err != nil {
+		return 0, fmt.Errorf("drop primary oplog of %s up to %d: %w", agent, upTo, err)
 	}
-	return nil
+	return dropped, nil
 }
 
 func (p *Primary) Delete(ctx context.Context, agent AgentID, mode Mode) error {

@@ -26,6 +26,9 @@ func NewStack(primary Layer, archives ...Layer) (*Stack, error) {
 	if primary == nil || len(archives) == 0 {
 		return nil, errors.New("oplog stack needs a primary layer and at least one archive layer")
 	}
+	if n := 1 + len(archives); n > MaxLayers {
+		return nil, fmt.Errorf("oplog stack: %d layers, at most %d", n, MaxLayers)
+	}
 	for i, l := range archives {
 		if l == nil {
 			return nil, fmt.Errorf("oplog stack: archive layer %d is nil", i)
@@ -34,6 +37,9 @@ func NewStack(primary Layer, archives ...Layer) (*Stack, error) {
 	layers := append([]Layer{primary}, archives...)
 	return &Stack{primary: primary, archives: slices.Clone(archives), layers: layers}, nil
 }
+
+// MaxLayers is the most layers a stack may have, the primary included.
+const MaxLayers = 64
 
 // Primary is the top layer.
 func (s *Stack) Primary() Layer { return s.primary }
@@ -174,8 +180,14 @@ type Step struct {
 	Source, Target string // layer names; empty when there was nothing to move
 	Moved          int    // entries appended to the target
 	Bytes          int64  // payload bytes appended to the target
-	DroppedUpTo    Index  // the source was dropped up to this index (0: nothing dropped)
-	More           bool   // a layer above the bottom still holds entries: another hop remains
+	DroppedUpTo    Index  // the step's last drop of the source was up to this index (0: it dropped nothing)
+	// Finished reports that the step's own drop removed the source's entry at the last index the step
+	// set out to move: this step, and not a concurrent drain of the same agent, completed the hop.
+	// Drops remove prefixes atomically and each counts only what it removed (Layer.DropPrefix), so of
+	// any number of steps racing over the same entries exactly one finishes. A step that found the
+	// source emptied under it, or whose drops found nothing left, did not.
+	Finished bool
+	More     bool // a layer above the bottom still holds entries: another hop remains
 }
 
 // ArchiveStep moves the entries of the topmost layer that holds any (other than the bottom) one layer
@@ -205,23 +217,29 @@ func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 	if err := checkOplog(agent, mode); err != nil {
 		return Step{}, err
 	}
+	step, _, err := s.archiveStep(ctx, agent, mode)
+	return step, err
+}
+
+// archiveStep is ArchiveStep, which also returns the position in Layers of the step's source (-1: none).
+func (s *Stack) archiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, int, error) {
 	_, top := s.layersOf(mode)
 	for i := top; i < len(s.layers)-1; i++ {
 		srcLast, ok, err := s.layers[i].LastIndex(ctx, agent, mode)
 		if err != nil {
-			return Step{}, err
+			return Step{}, -1, err
 		}
 		if !ok {
 			continue
 		}
 		step, err := s.hop(ctx, agent, mode, i, srcLast, nil)
 		if err != nil {
-			return step, err
+			return step, i, err
 		}
 		step.More, err = s.holdsAboveBottom(ctx, agent, mode, i)
-		return step, err
+		return step, i, err
 	}
-	return Step{}, nil
+	return Step{}, -1, nil
 }
 
 // hop moves layer i's entries up to srcLast one layer down; first is move's.
@@ -239,7 +257,8 @@ func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLas
 // layer's last index with it (LastReader, one storage call where the layer can): when that is no longer
 // seen, the agent moved on since the gate and nothing moves (MovedOnError); when the layer holds
 // nothing, a teardown drain won and the drain is no hop. It is one hop when the layer below is the
-// bottom; otherwise Drain's hops follow from the next layer down. Entries a writer appends above seen
+// bottom; otherwise Drain's hops follow from the next layer down. Drained.Finished(layer) reports
+// whether this drain, and not a concurrent one, moved the entry at seen out of the layer. Entries a writer appends above seen
 // during the drain stay where they are, as in ArchiveStep: the sweep meets them on a later pass, when
 // they are quiet (under the executor's Locker nothing can be written meanwhile).
 func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, seen Index) (Drained, error) {
@@ -261,9 +280,9 @@ func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer i
 	}
 	step, err := s.hop(ctx, agent, mode, layer, seen, first)
 	d := Drained{Moved: step.Moved, Bytes: step.Bytes}
-	if step.Moved > 0 || step.DroppedUpTo > 0 {
-		d.Hops = 1 // a hop that found the layer emptied meanwhile (a teardown drain won) is none
-	}
+	// A hop whose entries a concurrent drain (a teardown drain, another sidecar) moved first, wholly or
+	// only its last part, is not this drain's.
+	d.finish(step, layer)
 	if err != nil || layer+1 == len(s.layers)-1 {
 		return d, err
 	}
@@ -367,20 +386,34 @@ func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []
 			for _, e := range above {
 				step.Bytes += int64(len(e.Payload))
 			}
-			if err := src.DropPrefix(ctx, agent, mode, last); err != nil {
+			if err := dropSource(ctx, agent, mode, src, last, srcLast, step); err != nil {
 				return target, err
 			}
-			step.DroppedUpTo = last
 		}
 		next = last + 1
 	}
 	if verified > step.DroppedUpTo {
-		if err := src.DropPrefix(ctx, agent, mode, verified); err != nil {
+		if err := dropSource(ctx, agent, mode, src, verified, srcLast, step); err != nil {
 			return target, err
 		}
-		step.DroppedUpTo = verified
 	}
 	return target, nil
+}
+
+// dropSource drops src up to upTo for a step moving it up to srcLast, and records in step whether this
+// drop finished the hop: it covered srcLast and removed something. Drops remove prefixes only, so a
+// drop up to srcLast that finds anything left at or below it finds the entry at srcLast too (the step
+// read it there): it is the one drop, of all racing over those entries, that removed it.
+func dropSource(ctx context.Context, agent AgentID, mode Mode, src Layer, upTo, srcLast Index, step *Step) error {
+	dropped, err := src.DropPrefix(ctx, agent, mode, upTo)
+	if err != nil {
+		return err
+	}
+	step.DroppedUpTo = upTo
+	if upTo >= srcLast && dropped > 0 {
+		step.Finished = true
+	}
+	return nil
 }
 
 // alreadyBelow is how far an oplog is known to be below a source already, looked up after a batch was read.
@@ -480,14 +513,38 @@ var ErrStepCap = errors.New("archive step cap reached")
 
 // Drained sums the steps of a Drain.
 type Drained struct {
-	Hops  int   // steps that moved or dropped something
+	// Hops counts the hops this drain finished (Step.Finished). A hop whose entries a concurrent drain
+	// of the same agent moved first is not counted, so of drains racing over the same entries each hop
+	// counts in exactly one of them.
+	Hops  int
 	Moved int   // entries appended to a lower layer, over all hops
 	Bytes int64 // their payload bytes
+
+	finished uint64 // bit i: this drain finished a hop out of Layers()[i] (a stack has at most MaxLayers)
+}
+
+// Finished reports whether this drain finished a hop out of Layers()[layer]: its own drop removed the
+// entry the hop set out to move last. Of drains racing over the same entries of that layer, exactly one
+// reports it; the others found them moved by it. The sweep counts an agent archived on that, never
+// twice across sidecars.
+func (d Drained) Finished(layer int) bool {
+	return 0 <= layer && layer < MaxLayers && d.finished&(1<<layer) != 0
+}
+
+// finish counts step, a hop out of Layers()[layer], if it finished.
+func (d *Drained) finish(step Step, layer int) {
+	if step.Finished && 0 <= layer && layer < MaxLayers {
+		d.Hops++
+		d.finished |= 1 << layer
+	}
 }
 
 // Drain runs ArchiveStep until no layer above the bottom holds entries of the oplog, at most MaxHops
 // times; past that it returns ErrStepCap with what it did.
 func (s *Stack) Drain(ctx context.Context, agent AgentID, mode Mode) (Drained, error) {
+	if err := checkOplog(agent, mode); err != nil {
+		return Drained{}, err
+	}
 	return s.steps(ctx, agent, mode, Drained{}, s.MaxHops())
 }
 
@@ -495,12 +552,10 @@ func (s *Stack) Drain(ctx context.Context, agent AgentID, mode Mode) (Drained, e
 // each moved to d; past n it returns ErrStepCap with what was done.
 func (s *Stack) steps(ctx context.Context, agent AgentID, mode Mode, d Drained, n int) (Drained, error) {
 	for range n {
-		step, err := s.ArchiveStep(ctx, agent, mode)
-		if step.Source != "" {
-			d.Hops++
-			d.Moved += step.Moved
-			d.Bytes += step.Bytes
-		}
+		step, from, err := s.archiveStep(ctx, agent, mode)
+		d.finish(step, from)
+		d.Moved += step.Moved
+		d.Bytes += step.Bytes
 		if err != nil || !step.More {
 			return d, err
 		}

@@ -367,6 +367,39 @@ func TestSweep_ADrainThatFindsNothingIsDeclinedNotArchived(t *testing.T) {
 	e.requireArchived(a, 2)
 }
 
+// The executor's teardown drain runs to its end right after the sweep's drain read the agent's chunk,
+// before the sweep put it below or dropped it: the sweep finds it below already, compares it, and its
+// drop finds nothing left. The teardown drain moved the agent, so the sweep counts it declined, calls
+// no OnDrained, and every entry reads back once.
+func TestSweep_ATeardownDrainThatWinsAfterTheSweepReadTheChunkIsDeclined(t *testing.T) {
+	var fired atomic.Bool
+	e := newEnv(t, config())
+	a := agent("torn-down-late")
+	e.strand(a, 1, 2)
+	e.tick()
+	e.st.set(func(p *probe) {
+		p.afterRead = func(key string) {
+			// Once, and not from the teardown drain's own reads.
+			if key == a.StoredKey() && fired.CompareAndSwap(false, true) {
+				if _, err := e.stack.Drain(context.Background(), a, oplog.Ephemeral); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	})
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeArchived] != 0 || rep.Outcomes[sweeper.OutcomeDeclined] != 1 {
+		t.Fatalf("outcomes %+v; the teardown drain moved everything", rep.Outcomes)
+	}
+	if e.drainedCount(a) != 0 {
+		t.Fatal("OnDrained fired for an agent the teardown drain moved")
+	}
+	e.requireArchived(a, 2)
+	if e.inLayer(a) {
+		t.Fatal("the agent is back in compressed level 1")
+	}
+}
+
 func TestSweep_AFailedArchiveCountsAsARouteError(t *testing.T) {
 	locker := &countingLocker{busy: map[oplog.AgentID]bool{}, err: errors.New("lock service down")}
 	e := newEnv(t, config(), withOptions(func(o *sweeper.Options) { o.Locker = locker }))

@@ -739,9 +739,11 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 		res.outcome = OutcomeArchiveFailed
 	case err != nil:
 		return failed("drain", err)
-	case res.drained.Hops == 0:
-		// Nothing to move: the executor's own teardown drain won the race since the gate. Not
-		// archived, which would inflate the metric whose rise means teardown drains are lost.
+	case !res.drained.Finished(r.Level):
+		// Another drain moved the entries the gate saw out of the route's layer first: the executor's
+		// own teardown drain since the gate, or another sidecar during a hand-off, whether before this
+		// drain read them or after. That drain's agent, not this one's: archived would count it twice,
+		// on the metric whose rise means teardown drains are lost.
 		res.outcome = OutcomeDeclined
 	default:
 		res.outcome = OutcomeArchived

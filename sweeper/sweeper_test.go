@@ -480,9 +480,9 @@ type stuckLayer struct {
 	stuck oplog.AgentID
 }
 
-func (l stuckLayer) DropPrefix(ctx context.Context, a oplog.AgentID, m oplog.Mode, upTo oplog.Index) error {
+func (l stuckLayer) DropPrefix(ctx context.Context, a oplog.AgentID, m oplog.Mode, upTo oplog.Index) (uint64, error) {
 	if a == l.stuck {
-		return nil
+		return 0, nil
 	}
 	return l.Layer.DropPrefix(ctx, a, m, upTo)
 }
