@@ -12,7 +12,8 @@ import (
 
 // Stack is an oplog across its layers: the primary on top, then the archive layers, the bottom one last
 // (default: primary → compressed level 1 → blob level 0). Entries only ever move down, one hop at a
-// time, by ArchiveStep.
+// time, by ArchiveStep. Build one with NewStack: the zero Stack (and a nil *Stack) has no layers, and
+// every method that can fail returns ErrStackNotBuilt, the others nothing.
 type Stack struct {
 	primary  Layer
 	archives []Layer
@@ -41,14 +42,45 @@ func NewStack(primary Layer, archives ...Layer) (*Stack, error) {
 // MaxLayers is the most layers a stack may have, the primary included.
 const MaxLayers = 64
 
-// Primary is the top layer.
-func (s *Stack) Primary() Layer { return s.primary }
+// ErrStackNotBuilt is returned by the methods of a Stack that NewStack did not build (the zero Stack, or
+// a nil *Stack): it has no layers to read or write.
+var ErrStackNotBuilt = errors.New("oplog stack has no layers: build it with NewStack")
 
-// Layers are every layer, top to bottom: the primary, then the archives.
-func (s *Stack) Layers() []Layer { return slices.Clone(s.layers) }
+// built reports whether NewStack built s.
+func (s *Stack) built() bool { return s != nil && len(s.layers) > 0 }
 
-// Archives are the archive layers, top to bottom.
-func (s *Stack) Archives() []Layer { return slices.Clone(s.archives) }
+// check refuses a stack NewStack did not build, then an oplog that cannot be addressed.
+func (s *Stack) check(agent AgentID, mode Mode) error {
+	if !s.built() {
+		return ErrStackNotBuilt
+	}
+	return checkOplog(agent, mode)
+}
+
+// Primary is the top layer; nil for a stack NewStack did not build.
+func (s *Stack) Primary() Layer {
+	if !s.built() {
+		return nil
+	}
+	return s.primary
+}
+
+// Layers are every layer, top to bottom: the primary, then the archives. None for a stack NewStack did
+// not build.
+func (s *Stack) Layers() []Layer {
+	if !s.built() {
+		return nil
+	}
+	return slices.Clone(s.layers)
+}
+
+// Archives are the archive layers, top to bottom. None for a stack NewStack did not build.
+func (s *Stack) Archives() []Layer {
+	if !s.built() {
+		return nil
+	}
+	return slices.Clone(s.archives)
+}
 
 // layersOf is the layers an oplog of mode can have entries in, top first, and the position of the first
 // of them in Layers: an ephemeral oplog never touches the primary (Append writes it straight to the first
@@ -61,8 +93,14 @@ func (s *Stack) layersOf(mode Mode) (layers []Layer, top int) {
 }
 
 // MaxHops bounds a Drain: every layer above the bottom can need one hop, plus slack for a writer
-// racing the drain. Reaching it means a layer keeps reporting entries it should not have.
-func (s *Stack) MaxHops() int { return len(s.archives) + 2 }
+// racing the drain. Reaching it means a layer keeps reporting entries it should not have. 0 for a stack
+// NewStack did not build.
+func (s *Stack) MaxHops() int {
+	if !s.built() {
+		return 0
+	}
+	return len(s.archives) + 2
+}
 
 func checkOplog(agent AgentID, mode Mode) error {
 	if _, err := ParseMode(string(mode)); err != nil {
@@ -76,7 +114,7 @@ func checkOplog(agent AgentID, mode Mode) error {
 // primary). An entry whose payload alone exceeds MaxChunkBytes is ErrPayloadTooLarge; nothing is
 // written.
 func (s *Stack) Append(ctx context.Context, agent AgentID, mode Mode, entries []Entry) error {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return err
 	}
 	if err := CheckEntries(entries); err != nil {
@@ -115,7 +153,7 @@ func CheckEntries(entries []Entry) error {
 // the other. A read racing a step's drop may end short of n, never past a gap: the caller reads on from
 // the index after the last one returned.
 func (s *Stack) Read(ctx context.Context, agent AgentID, mode Mode, from Index, n int) ([]Entry, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return nil, err
 	}
 	if n < 1 {
@@ -157,7 +195,7 @@ func cmpIndex(a, b Index) int {
 
 // LastIndex returns the greatest index any layer holds for the oplog; false when the oplog is empty.
 func (s *Stack) LastIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return 0, false, err
 	}
 	var last Index
@@ -214,7 +252,7 @@ type Step struct {
 // Entries a writer appends above the source's last index during the step stay where they are. A step over layers that hold nothing returns at once with a zero
 // Step.
 func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return Step{}, err
 	}
 	step, _, err := s.archiveStep(ctx, agent, mode)
@@ -262,7 +300,7 @@ func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLas
 // during the drain stay where they are, as in ArchiveStep: the sweep meets them on a later pass, when
 // they are quiet (under the executor's Locker nothing can be written meanwhile).
 func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, seen Index) (Drained, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return Drained{}, err
 	}
 	if _, top := s.layersOf(mode); layer < top || layer >= len(s.layers)-1 {
@@ -542,7 +580,7 @@ func (d *Drained) finish(step Step, layer int) {
 // Drain runs ArchiveStep until no layer above the bottom holds entries of the oplog, at most MaxHops
 // times; past that it returns ErrStepCap with what it did.
 func (s *Stack) Drain(ctx context.Context, agent AgentID, mode Mode) (Drained, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return Drained{}, err
 	}
 	return s.steps(ctx, agent, mode, Drained{}, s.MaxHops())

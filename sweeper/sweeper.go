@@ -140,8 +140,8 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if stack == nil {
-		return nil, errors.New("sweeper needs a stack")
+	if len(stack.Layers()) == 0 {
+		return nil, fmt.Errorf("sweeper needs a stack: %w", oplog.ErrStackNotBuilt)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
