@@ -38,9 +38,16 @@ func (c *Compressed) ScanNamespace(mode oplog.Mode) (string, bool) {
 
 // ScanAgents walks the agents of the buckets r holding chunks at this level: one key range.
 func (c *Compressed) ScanAgents(ctx context.Context, mode oplog.Mode, r oplog.BucketRange, from is.Resume, count int) (is.Page, error) {
-	page, err := c.st.ScanStable(ctx, oplog.CompressedNamespace(mode, c.level), r.Keys(), from, count)
+	return c.ScanRange(ctx, mode, r.Keys(), from, count)
+}
+
+var _ oplog.RangeScanner = (*Compressed)(nil)
+
+// ScanRange walks the keys of r holding chunks at this level, as ScanAgents walks a range of buckets.
+func (c *Compressed) ScanRange(ctx context.Context, mode oplog.Mode, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	page, err := c.st.ScanStable(ctx, oplog.CompressedNamespace(mode, c.level), r, from, count)
 	if err != nil {
-		return page, fmt.Errorf("%s: scan %s agents: %w", c.name, mode, err)
+		return page, fmt.Errorf("%s: scan %s keys of %v: %w", c.name, mode, r, err)
 	}
 	return page, nil
 }

@@ -99,6 +99,26 @@ type Layer interface {
 // ErrNotEnumerable is returned by ScanAgents of a layer that cannot enumerate its agents.
 var ErrNotEnumerable = errors.New("layer cannot enumerate its agents")
 
+// RangeScanner is implemented by a layer that can enumerate its agents (ScanNamespace answers true) and
+// can walk any key range of its scan namespace, not only the bucket ranges ScanAgents takes. The sweep
+// walks OutsideBuckets with it once a pass, so that keys no agent is stored under (a foreign writer's
+// that lack a bucket prefix or carry one past the last bucket, or keys of the layout before buckets)
+// are counted and named instead of lying where no walk of buckets meets them. The primary and the
+// compressed layers implement it.
+type RangeScanner interface {
+	// ScanRange walks the keys of r in the scan namespace of mode, with indexedstorage ScanStable
+	// semantics; a page's LastIDs, when set, are each key's last id.
+	ScanRange(ctx context.Context, mode Mode, r is.KeyRange, from is.Resume, count int) (is.Page, error)
+}
+
+// OutsideBuckets returns the parts of a scan namespace that no bucket's key range covers, in key order:
+// the keys below the first bucket's prefix ("0000/") and those from the bound above the last bucket
+// ("4000/", BucketPrefix(Buckets)) on. No agent's stored key lies in them; together with the ranges
+// of buckets 0 to Buckets-1 they cover every key.
+func OutsideBuckets() []is.KeyRange {
+	return []is.KeyRange{{End: is.BucketPrefix(0)}, {Start: is.BucketPrefix(Buckets)}}
+}
+
 // LastReader is implemented by a layer that reads the first entries of a range and its last index
 // together, in one storage call where its storage can (indexedstorage.ClosestLastReader). The sweep's
 // archive step reads its first batch this way, and with it checks that the layer's last index is still
