@@ -303,7 +303,7 @@ func TestChunk_DecodesABodyOfConcatenatedFrames(t *testing.T) {
 	raw := rawBody(in)
 	cut1, cut2 := len(rawBody(in[:30])), len(rawBody(in[:70]))
 	for name, body := range map[string][]byte{
-		"two frames with their sizes": slices.Concat(encoder.EncodeAll(raw[:cut1], nil), encoder.EncodeAll(raw[cut1:], nil)),
+		"two frames with their sizes":             slices.Concat(encoder.EncodeAll(raw[:cut1], nil), encoder.EncodeAll(raw[cut1:], nil)),
 		"a frame with its size, then one without": slices.Concat(encoder.EncodeAll(raw[:cut1], nil), streamFrame(t, raw[cut1:])),
 		"three frames and a skippable one": slices.Concat(streamFrame(t, raw[:cut1]), skippableFrame([]byte("note")),
 			encoder.EncodeAll(raw[cut1:cut2], nil), streamFrame(t, raw[cut2:])),

@@ -11,12 +11,13 @@ import (
 )
 
 // Keys a foreign writer put in the namespace the sweep walks that are no agent's stored key: outside
-// every bucket's key range (below "0000/", at "4000/" and above), and two inside it with the prefix of
-// another bucket than their agent's, one in each half of the buckets.
+// every bucket's key range (below "0000/", at "4000/" and above); inside it, in each half of the
+// buckets, one with the prefix of another bucket than its agent's and one with the right prefix for an
+// agent key whose component or name is empty (docs/storage-format.md).
 var (
 	keysOutsideBuckets = []string{"!below-every-bucket", "000/x", "4000/", "4001/c:a", "nobucket", "zzzz"}
-	keysInShardZero    = []string{"0a5c/c:a"} // c:a is bucket 0x0a5b
-	keysInShardOne     = []string{"3fff/c:a"}
+	keysInShardZero    = []string{"0a5c/c:a", "11a4/:a"} // c:a is bucket 0x0a5b; ":a" is 0x11a4
+	keysInShardOne     = []string{"30d8/c:", "3fff/c:a"} // "c:" is 0x30d8
 )
 
 func allForeignKeys() []string {
