@@ -220,10 +220,14 @@ type Step struct {
 	Bytes          int64  // payload bytes appended to the target
 	DroppedUpTo    Index  // the step's last drop of the source was up to this index (0: it dropped nothing)
 	// Finished reports that the step's own drop removed the source's entry at the last index the step
-	// set out to move: this step, and not a concurrent drain of the same agent, completed the hop.
-	// Drops remove prefixes atomically and each counts only what it removed (Layer.DropPrefix), so of
-	// any number of steps racing over the same entries exactly one finishes. A step that found the
-	// source emptied under it, or whose drops found nothing left, did not.
+	// set out to move: this step, and not a concurrent drain of the same agent, completed the hop. A
+	// step that found the source emptied under it, or whose drops found nothing left, did not. Drops
+	// remove prefixes atomically and each counts only what it removed (Layer.DropPrefix), so of steps
+	// racing over the same entries of the top layer of their oplog (the primary of a durable one, the
+	// first archive layer of an ephemeral one, which no hop appends to) exactly one finishes. A lower
+	// layer is a hop's target too, and a drain racing that hop can put back a batch the other had
+	// already moved further down (which loses and doubles nothing: the copy is compared and dropped by
+	// a later hop); the hop out of it may then be finished twice.
 	Finished bool
 	More     bool // a layer above the bottom still holds entries: another hop remains
 }
@@ -552,8 +556,9 @@ var ErrStepCap = errors.New("archive step cap reached")
 // Drained sums the steps of a Drain.
 type Drained struct {
 	// Hops counts the hops this drain finished (Step.Finished). A hop whose entries a concurrent drain
-	// of the same agent moved first is not counted, so of drains racing over the same entries each hop
-	// counts in exactly one of them.
+	// of the same agent moved first is not counted: of drains racing over the same entries, the hop out
+	// of the top layer counts in exactly one of them (a hop out of a lower layer, see Step.Finished,
+	// in at least one).
 	Hops  int
 	Moved int   // entries appended to a lower layer, over all hops
 	Bytes int64 // their payload bytes
@@ -562,9 +567,10 @@ type Drained struct {
 }
 
 // Finished reports whether this drain finished a hop out of Layers()[layer]: its own drop removed the
-// entry the hop set out to move last. Of drains racing over the same entries of that layer, exactly one
-// reports it; the others found them moved by it. The sweep counts an agent archived on that, never
-// twice across sidecars.
+// entry the hop set out to move last. Of drains racing over the same entries of the top layer of their
+// oplog, exactly one reports it; the others found them moved by it (Step.Finished says why a lower
+// layer may differ). The sweep counts an agent archived on that: once across sidecars on the routes out
+// of the top layer (ephemeral-l1, every route of the default stack, and durable-l0).
 func (d Drained) Finished(layer int) bool {
 	return 0 <= layer && layer < MaxLayers && d.finished&(1<<layer) != 0
 }

@@ -785,7 +785,8 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 		// Another drain moved the entries the gate saw out of the route's layer first: the executor's
 		// own teardown drain since the gate, or another sidecar during a hand-off, whether before this
 		// drain read them or after. That drain's agent, not this one's: archived would count it twice,
-		// on the metric whose rise means teardown drains are lost.
+		// on the metric whose rise means teardown drains are lost. (Exact on a route out of the top
+		// layer of its mode; a lower one can count an agent twice in a three-way race, Step.Finished.)
 		res.outcome = OutcomeDeclined
 	default:
 		res.outcome = OutcomeArchived
