@@ -245,22 +245,28 @@ func (b *Blob) Append(ctx context.Context, agent oplog.AgentID, mode oplog.Mode,
 	return nil
 }
 
-func (b *Blob) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) error {
+// DropPrefix returns how many chunks it listed and deleted. A blob store's Delete of a missing blob
+// succeeds, so a chunk a racing drop deleted first may be counted by both: the blob layer cannot tell
+// who removed it, which is one reason it is the bottom of a stack (oplog.Layer.DropPrefix).
+func (b *Blob) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) (uint64, error) {
 	lasts, paths, err := b.chunks(ctx, agent, mode)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var dropped uint64
 	for i, last := range lasts {
 		if last > upTo {
 			break
 		}
 		if err := b.store.Delete(ctx, paths[i]); err != nil {
-			return fmt.Errorf("%s: delete %s: %w", b.name, paths[i], err)
+			return dropped, fmt.Errorf("%s: delete %s: %w", b.name, paths[i], err)
 		}
+		dropped++
 	}
-	return nil
+	return dropped, nil
 }
 
 func (b *Blob) Delete(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) error {
-	return b.DropPrefix(ctx, agent, mode, oplog.Index(1<<63-1))
+	_, err := b.DropPrefix(ctx, agent, mode, oplog.Index(1<<63-1))
+	return err
 }

@@ -20,7 +20,8 @@ import (
 //	0       version           1 byte, = 1
 //	1       count             uvarint, 1..4096
 //	        first index       uvarint, ≥ 1 (the entries are first … first+count−1)
-//	        body              a zstd frame; decompressed, count times: uvarint length, payload bytes
+//	        body              zstd: one frame, or several one after another (RFC 8878); decompressed
+//	                          together, count times: uvarint length, payload bytes
 //	len−4   checksum          CRC32-C (Castagnoli) of every byte before it, big-endian
 //
 // The checksum covers the header and the compressed body, so a flipped byte anywhere is caught before
@@ -108,38 +109,37 @@ func DecodeChunk(data []byte) ([]oplog.Entry, error) {
 	return entries, nil
 }
 
-// decodeBody decompresses a chunk's body, at most maxBody bytes. A frame that states its content size
-// (as EncodeAll writes it) is decoded into a buffer of exactly that size; one that does not (any
-// streaming encoder's, which starts the frame before it knows the length) is decoded as a stream of
-// blocks into a buffer of maxBody, and what it held is copied out when it is much smaller, so that
-// the entries the caller keeps do not pin 4 MiB each.
+// decodeBody decompresses a chunk's body, at most maxBody bytes over all its frames. A body is one zstd
+// frame as strata writes it, or several one after another (with skippable frames among them), as RFC
+// 8878 allows and as a foreign writer that flushes a frame per batch writes it: they decompress to one
+// stream. The first try decodes into a buffer of a first guess: the first frame's content size where
+// it states one (EncodeAll writes it: the whole body, when there is one frame), else a size guessed
+// from the compressed length; a body that outgrows the guess (more frames, or a streaming encoder's
+// frame, which states no size) is decoded again into a buffer of the whole bound, and what it held is
+// copied out when it is much smaller, so that the entries the caller keeps do not pin 4 MiB each.
 func decodeBody(body []byte) ([]byte, error) {
-	size := uint64(maxBody)
+	guess := min(maxBody, max(smallBody, 16*len(body)))
 	var hdr zstd.Header
 	if err := hdr.Decode(body); err == nil && hdr.HasFCS {
 		if hdr.FrameContentSize > maxBody {
 			return nil, fmt.Errorf("%w: body: the frame states %d bytes of content, a chunk holds at most %d", ErrCorruptChunk, hdr.FrameContentSize, maxBody)
 		}
-		size = hdr.FrameContentSize
+		guess = int(hdr.FrameContentSize)
 	}
-	if !hdr.HasFCS {
-		// No stated size (klauspost writes none for a body under a few hundred bytes, a streaming
-		// encoder never does): a first try in a buffer of a guessed size, and the whole bound only for
-		// a body that outgrows it, so that the common small chunk does not cost a zeroed 4 MiB.
-		guess := min(maxBody, max(smallBody, 16*len(body)))
-		raw, err := decoder.DecodeAll(body, make([]byte, 0, guess))
-		if err == nil {
-			return raw, nil
-		}
+	raw, err := decoder.DecodeAll(body, make([]byte, 0, guess))
+	if err == nil {
+		return raw, nil
+	}
+	if guess < maxBody {
 		// Any failure is tried again with the whole bound: a body that outgrows the guess fails in
 		// more ways than ErrDecoderSizeExceeded (a block larger than what is left), and a corrupt one
 		// fails the second try too.
+		raw, err = decoder.DecodeAll(body, make([]byte, 0, maxBody))
 	}
-	raw, err := decoder.DecodeAll(body, make([]byte, 0, size))
 	if err != nil {
 		return nil, fmt.Errorf("%w: body: %v", ErrCorruptChunk, err)
 	}
-	if !hdr.HasFCS && len(raw) < cap(raw)/2 {
+	if len(raw) < cap(raw)/2 {
 		raw = bytes.Clone(raw)
 	}
 	return raw, nil

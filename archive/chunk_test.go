@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -256,5 +257,84 @@ func TestChunk_ASmallChunkDecodesWithoutReservingTheWholeBound(t *testing.T) {
 	})
 	if got := res.AllocedBytesPerOp(); got > 64<<10 {
 		t.Fatalf("decoding a chunk of 6 bytes of payload allocates %d bytes", got)
+	}
+}
+
+// rawBody is what a chunk's body decompresses to for entries: each payload with its length prefix.
+func rawBody(entries []oplog.Entry) []byte {
+	var raw []byte
+	for _, e := range entries {
+		raw = binary.AppendUvarint(raw, uint64(len(e.Payload)))
+		raw = append(raw, e.Payload...)
+	}
+	return raw
+}
+
+// streamFrame compresses raw as a streaming encoder does: one frame that states no content size.
+func streamFrame(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	var frame bytes.Buffer
+	w, err := zstd.NewWriter(&frame, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return frame.Bytes()
+}
+
+// skippableFrame is a zstd skippable frame (RFC 8878 §3.1.2) holding data: readers pass over it.
+func skippableFrame(data []byte) []byte {
+	out := binary.LittleEndian.AppendUint32(nil, 0x184D2A50)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(data)))
+	return append(out, data...)
+}
+
+// A chunk's body may be several zstd frames one after another, as RFC 8878 allows (a writer that
+// flushes a frame per batch of entries, or concatenates compressed pieces): the entries are what the
+// frames decompress to together, whether each frame states its content size or not, with skippable
+// frames among them.
+func TestChunk_DecodesABodyOfConcatenatedFrames(t *testing.T) {
+	in := entriesFrom(100, 90, 50)
+	raw := rawBody(in)
+	cut1, cut2 := len(rawBody(in[:30])), len(rawBody(in[:70]))
+	for name, body := range map[string][]byte{
+		"two frames with their sizes":             slices.Concat(encoder.EncodeAll(raw[:cut1], nil), encoder.EncodeAll(raw[cut1:], nil)),
+		"a frame with its size, then one without": slices.Concat(encoder.EncodeAll(raw[:cut1], nil), streamFrame(t, raw[cut1:])),
+		"three frames and a skippable one": slices.Concat(streamFrame(t, raw[:cut1]), skippableFrame([]byte("note")),
+			encoder.EncodeAll(raw[cut1:cut2], nil), streamFrame(t, raw[cut2:])),
+		// A frame may end inside an entry: the frames are one stream.
+		"frames cut inside an entry": slices.Concat(encoder.EncodeAll(raw[:cut1+7], nil), encoder.EncodeAll(raw[cut1+7:], nil)),
+	} {
+		out, err := DecodeChunk(handMadeChunk(100, uint64(len(in)), body))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(out) != len(in) {
+			t.Fatalf("%s: decoded %d entries, want %d", name, len(out), len(in))
+		}
+		for i := range in {
+			if out[i].Index != in[i].Index || !bytes.Equal(out[i].Payload, in[i].Payload) {
+				t.Fatalf("%s: entry %d is %d %q, want %d", name, i, out[i].Index, out[i].Payload, in[i].Index)
+			}
+		}
+	}
+}
+
+// The bound on what a body decompresses to holds over all its frames together: frames each well under
+// it that add up to more are refused, as one frame of that size is.
+func TestChunk_RefusesConcatenatedFramesLargerTogetherThanAChunkHolds(t *testing.T) {
+	half := make([]byte, maxBody/2+1)
+	for name, body := range map[string][]byte{
+		"stated sizes": slices.Concat(encoder.EncodeAll(half, nil), encoder.EncodeAll(half, nil)),
+		"streamed":     slices.Concat(streamFrame(t, half), streamFrame(t, half)),
+	} {
+		if _, err := DecodeChunk(handMadeChunk(1, 1, body)); !errors.Is(err, ErrCorruptChunk) {
+			t.Fatalf("%s: two frames of %d bytes each: %v, want ErrCorruptChunk", name, len(half), err)
+		}
 	}
 }

@@ -38,9 +38,16 @@ func (c *Compressed) ScanNamespace(mode oplog.Mode) (string, bool) {
 
 // ScanAgents walks the agents of the buckets r holding chunks at this level: one key range.
 func (c *Compressed) ScanAgents(ctx context.Context, mode oplog.Mode, r oplog.BucketRange, from is.Resume, count int) (is.Page, error) {
-	page, err := c.st.ScanStable(ctx, oplog.CompressedNamespace(mode, c.level), r.Keys(), from, count)
+	return c.ScanRange(ctx, mode, r.Keys(), from, count)
+}
+
+var _ oplog.RangeScanner = (*Compressed)(nil)
+
+// ScanRange walks the keys of r holding chunks at this level, as ScanAgents walks a range of buckets.
+func (c *Compressed) ScanRange(ctx context.Context, mode oplog.Mode, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	page, err := c.st.ScanStable(ctx, oplog.CompressedNamespace(mode, c.level), r, from, count)
 	if err != nil {
-		return page, fmt.Errorf("%s: scan %s agents: %w", c.name, mode, err)
+		return page, fmt.Errorf("%s: scan %s keys of %v: %w", c.name, mode, r, err)
 	}
 	return page, nil
 }
@@ -115,9 +122,14 @@ func (c *Compressed) Append(ctx context.Context, agent oplog.AgentID, mode oplog
 	return c.wrap("append", agent, c.st.AppendMany(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), rows))
 }
 
-func (c *Compressed) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) error {
-	_, err := c.st.DropPrefix(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), uint64(upTo))
-	return c.wrap("drop prefix", agent, err)
+// DropPrefix returns how many chunks it removed: the storage's own count, so of two racing drops each
+// chunk is counted once.
+func (c *Compressed) DropPrefix(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, upTo oplog.Index) (uint64, error) {
+	dropped, err := c.st.DropPrefix(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey(), uint64(upTo))
+	if err != nil {
+		return 0, c.wrap("drop prefix", agent, err)
+	}
+	return dropped, nil
 }
 
 func (c *Compressed) Delete(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) error {

@@ -37,7 +37,7 @@ func (u *untouchable) Append(ctx context.Context, a oplog.AgentID, m oplog.Mode,
 	u.touch()
 	return u.Layer.Append(ctx, a, m, e)
 }
-func (u *untouchable) DropPrefix(ctx context.Context, a oplog.AgentID, m oplog.Mode, upTo oplog.Index) error {
+func (u *untouchable) DropPrefix(ctx context.Context, a oplog.AgentID, m oplog.Mode, upTo oplog.Index) (uint64, error) {
 	u.touch()
 	return u.Layer.DropPrefix(ctx, a, m, upTo)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/memory"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
@@ -93,6 +95,42 @@ func TestStoredKey_MatchesTheDocumentedTable(t *testing.T) {
 		}
 		if got := a.StoredKey(); got != r[2] {
 			t.Errorf("%q: stored key %q, the document says %q", r[1], got, r[2])
+		}
+	}
+}
+
+// docs/storage-format.md: neither part of an agent key may be empty. ":a", "c:" and ":" are no agent's
+// key, the stack refuses to write such an agent, and a stored key made from one, with the right bucket
+// prefix, is no agent's stored key either (the sweep counts it unparseable).
+func TestAgentKey_AnEmptyComponentOrNameIsInvalid(t *testing.T) {
+	st := memory.New()
+	c1, _ := archive.NewCompressed(st, 1)
+	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
+	stack, err := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{":a", "c:", ":"} {
+		if a, err := oplog.ParseAgentKey(key); !errors.Is(err, oplog.ErrInvalidAgent) {
+			t.Errorf("ParseAgentKey(%q) = %+v, %v; want ErrInvalidAgent", key, a, err)
+		}
+		component, name, _ := strings.Cut(key, ":")
+		a := oplog.AgentID{Component: component, Name: name}
+		if err := stack.Append(t.Context(), a, oplog.Ephemeral, entries(1, 1)); !errors.Is(err, oplog.ErrInvalidAgent) {
+			t.Errorf("Append for %q: %v, want ErrInvalidAgent", key, err)
+		}
+		if stored := a.StoredKey(); !strings.HasPrefix(stored, is.BucketPrefix(a.Bucket())) {
+			t.Fatalf("StoredKey(%q) = %q", key, stored)
+		} else if got, err := oplog.ParseStoredKey(stored); !errors.Is(err, oplog.ErrInvalidAgent) {
+			t.Errorf("ParseStoredKey(%q) = %+v, %v; want ErrInvalidAgent", stored, got, err)
+		}
+	}
+	if got := (oplog.AgentID{Name: "a"}).StoredKey(); got != "11a4/:a" {
+		t.Fatalf("the stored key docs/storage-format.md shows for :a is %q", got)
+	}
+	for _, ns := range []string{oplog.PrimaryNamespace(oplog.Ephemeral), oplog.CompressedNamespace(oplog.Ephemeral, 1)} {
+		if _, keys, err := st.Scan(t.Context(), ns, "", 0, 100); err != nil || len(keys) != 0 {
+			t.Fatalf("%s holds %q after the refused appends (%v)", ns, keys, err)
 		}
 	}
 }

@@ -69,9 +69,15 @@ type Layer interface {
 	// layer rewrites identical bytes. Either way readers see each index once.
 	Append(ctx context.Context, agent AgentID, mode Mode, entries []Entry) error
 
-	// DropPrefix removes what the layer holds with index ≤ upTo. A chunked layer removes whole chunks
-	// only: a chunk straddling upTo stays until a later drop covers its last index.
-	DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) error
+	// DropPrefix removes what the layer holds with index ≤ upTo, atomically, and returns how many of
+	// its stored units (entries of the primary, chunks of a chunked layer) this call removed. A chunked
+	// layer removes whole chunks only: a chunk straddling upTo stays until a later drop covers its last
+	// index. Of two drops racing over the same units, each unit is counted by the one that removed it,
+	// so a drop that finds them gone already returns 0: that is how a drain tells that a concurrent one
+	// moved its entries first (Step.Finished). A layer whose storage cannot tell (a blob store's Delete
+	// of a missing blob succeeds) counts what it found and deleted, and may count a unit a racing drop
+	// counts too; such a layer belongs at the bottom of a stack, as the blob layer does.
+	DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) (dropped uint64, err error)
 
 	// Delete removes everything the layer holds for the oplog; deleting nothing is not an error.
 	Delete(ctx context.Context, agent AgentID, mode Mode) error
@@ -92,6 +98,26 @@ type Layer interface {
 
 // ErrNotEnumerable is returned by ScanAgents of a layer that cannot enumerate its agents.
 var ErrNotEnumerable = errors.New("layer cannot enumerate its agents")
+
+// RangeScanner is implemented by a layer that can enumerate its agents (ScanNamespace answers true) and
+// can walk any key range of its scan namespace, not only the bucket ranges ScanAgents takes. The sweep
+// walks OutsideBuckets with it once a pass, so that keys no agent is stored under (a foreign writer's
+// that lack a bucket prefix or carry one past the last bucket, or keys of the layout before buckets)
+// are counted and named instead of lying where no walk of buckets meets them. The primary and the
+// compressed layers implement it.
+type RangeScanner interface {
+	// ScanRange walks the keys of r in the scan namespace of mode, with indexedstorage ScanStable
+	// semantics; a page's LastIDs, when set, are each key's last id.
+	ScanRange(ctx context.Context, mode Mode, r is.KeyRange, from is.Resume, count int) (is.Page, error)
+}
+
+// OutsideBuckets returns the parts of a scan namespace that no bucket's key range covers, in key order:
+// the keys below the first bucket's prefix ("0000/") and those from the bound above the last bucket
+// ("4000/", BucketPrefix(Buckets)) on. No agent's stored key lies in them; together with the ranges
+// of buckets 0 to Buckets-1 they cover every key.
+func OutsideBuckets() []is.KeyRange {
+	return []is.KeyRange{{End: is.BucketPrefix(0)}, {Start: is.BucketPrefix(Buckets)}}
+}
 
 // LastReader is implemented by a layer that reads the first entries of a range and its last index
 // together, in one storage call where its storage can (indexedstorage.ClosestLastReader). The sweep's

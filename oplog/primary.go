@@ -35,15 +35,22 @@ func (p *Primary) ScanNamespace(mode Mode) (string, bool) {
 // which is its last index in the whole stack (an oplog's newest entries are the primary's). An
 // ephemeral walk returns ErrNotEnumerable: see ScanNamespace.
 func (p *Primary) ScanAgents(ctx context.Context, mode Mode, r BucketRange, from is.Resume, count int) (is.Page, error) {
+	return p.ScanRange(ctx, mode, r.Keys(), from, count)
+}
+
+var _ RangeScanner = (*Primary)(nil)
+
+// ScanRange walks the keys of r holding entries in the primary, as ScanAgents walks a range of buckets.
+func (p *Primary) ScanRange(ctx context.Context, mode Mode, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	ns, ok := p.ScanNamespace(mode)
 	if !ok {
 		return is.Page{}, fmt.Errorf("primary: %s oplogs: %w", mode, ErrNotEnumerable)
 	}
 	// An index of the primary holds one entry an oplog entry: the walk is ScanDeep, whose page costs its
 	// keys where the storage has one (a loose index scan on SQL), not their entries.
-	page, err := is.ScanDeep(ctx, p.st, ns, r.Keys(), from, count)
+	page, err := is.ScanDeep(ctx, p.st, ns, r, from, count)
 	if err != nil {
-		return page, fmt.Errorf("primary: scan %s agents: %w", mode, err)
+		return page, fmt.Errorf("primary: scan %s keys of %v: %w", mode, r, err)
 	}
 	return page, nil
 }
@@ -125,11 +132,14 @@ func (p *Primary) Append(ctx context.Context, agent AgentID, mode Mode, entries 
 	return nil
 }
 
-func (p *Primary) DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) error {
-	if _, err := p.st.DropPrefix(ctx, PrimaryNamespace(mode), agent.StoredKey(), uint64(upTo)); err != nil {
-		return fmt.Errorf("drop primary oplog of %s up to %d: %w", agent, upTo, err)
+// DropPrefix returns how many entries it removed: the storage's own count, so of two racing drops each
+// entry is counted once.
+func (p *Primary) DropPrefix(ctx context.Context, agent AgentID, mode Mode, upTo Index) (uint64, error) {
+	dropped, err := p.st.DropPrefix(ctx, PrimaryNamespace(mode), agent.StoredKey(), uint64(upTo))
+	if err != nil {
+		return 0, fmt.Errorf("drop primary oplog of %s up to %d: %w", agent, upTo, err)
 	}
-	return nil
+	return dropped, nil
 }
 
 func (p *Primary) Delete(ctx context.Context, agent AgentID, mode Mode) error {

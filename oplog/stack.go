@@ -12,7 +12,8 @@ import (
 
 // Stack is an oplog across its layers: the primary on top, then the archive layers, the bottom one last
 // (default: primary → compressed level 1 → blob level 0). Entries only ever move down, one hop at a
-// time, by ArchiveStep.
+// time, by ArchiveStep. Build one with NewStack: the zero Stack (and a nil *Stack) has no layers, and
+// every method that can fail returns ErrStackNotBuilt, the others nothing.
 type Stack struct {
 	primary  Layer
 	archives []Layer
@@ -26,6 +27,9 @@ func NewStack(primary Layer, archives ...Layer) (*Stack, error) {
 	if primary == nil || len(archives) == 0 {
 		return nil, errors.New("oplog stack needs a primary layer and at least one archive layer")
 	}
+	if n := 1 + len(archives); n > MaxLayers {
+		return nil, fmt.Errorf("oplog stack: %d layers, at most %d", n, MaxLayers)
+	}
 	for i, l := range archives {
 		if l == nil {
 			return nil, fmt.Errorf("oplog stack: archive layer %d is nil", i)
@@ -35,14 +39,48 @@ func NewStack(primary Layer, archives ...Layer) (*Stack, error) {
 	return &Stack{primary: primary, archives: slices.Clone(archives), layers: layers}, nil
 }
 
-// Primary is the top layer.
-func (s *Stack) Primary() Layer { return s.primary }
+// MaxLayers is the most layers a stack may have, the primary included.
+const MaxLayers = 64
 
-// Layers are every layer, top to bottom: the primary, then the archives.
-func (s *Stack) Layers() []Layer { return slices.Clone(s.layers) }
+// ErrStackNotBuilt is returned by the methods of a Stack that NewStack did not build (the zero Stack, or
+// a nil *Stack): it has no layers to read or write.
+var ErrStackNotBuilt = errors.New("oplog stack has no layers: build it with NewStack")
 
-// Archives are the archive layers, top to bottom.
-func (s *Stack) Archives() []Layer { return slices.Clone(s.archives) }
+// built reports whether NewStack built s.
+func (s *Stack) built() bool { return s != nil && len(s.layers) > 0 }
+
+// check refuses a stack NewStack did not build, then an oplog that cannot be addressed.
+func (s *Stack) check(agent AgentID, mode Mode) error {
+	if !s.built() {
+		return ErrStackNotBuilt
+	}
+	return checkOplog(agent, mode)
+}
+
+// Primary is the top layer; nil for a stack NewStack did not build.
+func (s *Stack) Primary() Layer {
+	if !s.built() {
+		return nil
+	}
+	return s.primary
+}
+
+// Layers are every layer, top to bottom: the primary, then the archives. None for a stack NewStack did
+// not build.
+func (s *Stack) Layers() []Layer {
+	if !s.built() {
+		return nil
+	}
+	return slices.Clone(s.layers)
+}
+
+// Archives are the archive layers, top to bottom. None for a stack NewStack did not build.
+func (s *Stack) Archives() []Layer {
+	if !s.built() {
+		return nil
+	}
+	return slices.Clone(s.archives)
+}
 
 // layersOf is the layers an oplog of mode can have entries in, top first, and the position of the first
 // of them in Layers: an ephemeral oplog never touches the primary (Append writes it straight to the first
@@ -55,8 +93,14 @@ func (s *Stack) layersOf(mode Mode) (layers []Layer, top int) {
 }
 
 // MaxHops bounds a Drain: every layer above the bottom can need one hop, plus slack for a writer
-// racing the drain. Reaching it means a layer keeps reporting entries it should not have.
-func (s *Stack) MaxHops() int { return len(s.archives) + 2 }
+// racing the drain. Reaching it means a layer keeps reporting entries it should not have. 0 for a stack
+// NewStack did not build.
+func (s *Stack) MaxHops() int {
+	if !s.built() {
+		return 0
+	}
+	return len(s.archives) + 2
+}
 
 func checkOplog(agent AgentID, mode Mode) error {
 	if _, err := ParseMode(string(mode)); err != nil {
@@ -70,7 +114,7 @@ func checkOplog(agent AgentID, mode Mode) error {
 // primary). An entry whose payload alone exceeds MaxChunkBytes is ErrPayloadTooLarge; nothing is
 // written.
 func (s *Stack) Append(ctx context.Context, agent AgentID, mode Mode, entries []Entry) error {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return err
 	}
 	if err := CheckEntries(entries); err != nil {
@@ -109,7 +153,7 @@ func CheckEntries(entries []Entry) error {
 // the other. A read racing a step's drop may end short of n, never past a gap: the caller reads on from
 // the index after the last one returned.
 func (s *Stack) Read(ctx context.Context, agent AgentID, mode Mode, from Index, n int) ([]Entry, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return nil, err
 	}
 	if n < 1 {
@@ -151,7 +195,7 @@ func cmpIndex(a, b Index) int {
 
 // LastIndex returns the greatest index any layer holds for the oplog; false when the oplog is empty.
 func (s *Stack) LastIndex(ctx context.Context, agent AgentID, mode Mode) (Index, bool, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return 0, false, err
 	}
 	var last Index
@@ -174,8 +218,18 @@ type Step struct {
 	Source, Target string // layer names; empty when there was nothing to move
 	Moved          int    // entries appended to the target
 	Bytes          int64  // payload bytes appended to the target
-	DroppedUpTo    Index  // the source was dropped up to this index (0: nothing dropped)
-	More           bool   // a layer above the bottom still holds entries: another hop remains
+	DroppedUpTo    Index  // the step's last drop of the source was up to this index (0: it dropped nothing)
+	// Finished reports that the step's own drop removed the source's entry at the last index the step
+	// set out to move: this step, and not a concurrent drain of the same agent, completed the hop. A
+	// step that found the source emptied under it, or whose drops found nothing left, did not. Drops
+	// remove prefixes atomically and each counts only what it removed (Layer.DropPrefix), so of steps
+	// racing over the same entries of the top layer of their oplog (the primary of a durable one, the
+	// first archive layer of an ephemeral one, which no hop appends to) exactly one finishes. A lower
+	// layer is a hop's target too, and a drain racing that hop can put back a batch the other had
+	// already moved further down (which loses and doubles nothing: the copy is compared and dropped by
+	// a later hop); the hop out of it may then be finished twice.
+	Finished bool
+	More     bool // a layer above the bottom still holds entries: another hop remains
 }
 
 // ArchiveStep moves the entries of the topmost layer that holds any (other than the bottom) one layer
@@ -202,26 +256,32 @@ type Step struct {
 // Entries a writer appends above the source's last index during the step stay where they are. A step over layers that hold nothing returns at once with a zero
 // Step.
 func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return Step{}, err
 	}
+	step, _, err := s.archiveStep(ctx, agent, mode)
+	return step, err
+}
+
+// archiveStep is ArchiveStep, which also returns the position in Layers of the step's source (-1: none).
+func (s *Stack) archiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, int, error) {
 	_, top := s.layersOf(mode)
 	for i := top; i < len(s.layers)-1; i++ {
 		srcLast, ok, err := s.layers[i].LastIndex(ctx, agent, mode)
 		if err != nil {
-			return Step{}, err
+			return Step{}, -1, err
 		}
 		if !ok {
 			continue
 		}
 		step, err := s.hop(ctx, agent, mode, i, srcLast, nil)
 		if err != nil {
-			return step, err
+			return step, i, err
 		}
 		step.More, err = s.holdsAboveBottom(ctx, agent, mode, i)
-		return step, err
+		return step, i, err
 	}
-	return Step{}, nil
+	return Step{}, -1, nil
 }
 
 // hop moves layer i's entries up to srcLast one layer down; first is move's.
@@ -239,11 +299,12 @@ func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLas
 // layer's last index with it (LastReader, one storage call where the layer can): when that is no longer
 // seen, the agent moved on since the gate and nothing moves (MovedOnError); when the layer holds
 // nothing, a teardown drain won and the drain is no hop. It is one hop when the layer below is the
-// bottom; otherwise Drain's hops follow from the next layer down. Entries a writer appends above seen
+// bottom; otherwise Drain's hops follow from the next layer down. Drained.Finished(layer) reports
+// whether this drain, and not a concurrent one, moved the entry at seen out of the layer. Entries a writer appends above seen
 // during the drain stay where they are, as in ArchiveStep: the sweep meets them on a later pass, when
 // they are quiet (under the executor's Locker nothing can be written meanwhile).
 func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, seen Index) (Drained, error) {
-	if err := checkOplog(agent, mode); err != nil {
+	if err := s.check(agent, mode); err != nil {
 		return Drained{}, err
 	}
 	if _, top := s.layersOf(mode); layer < top || layer >= len(s.layers)-1 {
@@ -261,9 +322,9 @@ func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer i
 	}
 	step, err := s.hop(ctx, agent, mode, layer, seen, first)
 	d := Drained{Moved: step.Moved, Bytes: step.Bytes}
-	if step.Moved > 0 || step.DroppedUpTo > 0 {
-		d.Hops = 1 // a hop that found the layer emptied meanwhile (a teardown drain won) is none
-	}
+	// A hop whose entries a concurrent drain (a teardown drain, another sidecar) moved first, wholly or
+	// only its last part, is not this drain's.
+	d.finish(step, layer)
 	if err != nil || layer+1 == len(s.layers)-1 {
 		return d, err
 	}
@@ -367,20 +428,34 @@ func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []
 			for _, e := range above {
 				step.Bytes += int64(len(e.Payload))
 			}
-			if err := src.DropPrefix(ctx, agent, mode, last); err != nil {
+			if err := dropSource(ctx, agent, mode, src, last, srcLast, step); err != nil {
 				return target, err
 			}
-			step.DroppedUpTo = last
 		}
 		next = last + 1
 	}
 	if verified > step.DroppedUpTo {
-		if err := src.DropPrefix(ctx, agent, mode, verified); err != nil {
+		if err := dropSource(ctx, agent, mode, src, verified, srcLast, step); err != nil {
 			return target, err
 		}
-		step.DroppedUpTo = verified
 	}
 	return target, nil
+}
+
+// dropSource drops src up to upTo for a step moving it up to srcLast, and records in step whether this
+// drop finished the hop: it covered srcLast and removed something. Drops remove prefixes only, so a
+// drop up to srcLast that finds anything left at or below it finds the entry at srcLast too (the step
+// read it there): it is the one drop, of all racing over those entries, that removed it.
+func dropSource(ctx context.Context, agent AgentID, mode Mode, src Layer, upTo, srcLast Index, step *Step) error {
+	dropped, err := src.DropPrefix(ctx, agent, mode, upTo)
+	if err != nil {
+		return err
+	}
+	step.DroppedUpTo = upTo
+	if upTo >= srcLast && dropped > 0 {
+		step.Finished = true
+	}
+	return nil
 }
 
 // alreadyBelow is how far an oplog is known to be below a source already, looked up after a batch was read.
@@ -480,14 +555,40 @@ var ErrStepCap = errors.New("archive step cap reached")
 
 // Drained sums the steps of a Drain.
 type Drained struct {
-	Hops  int   // steps that moved or dropped something
+	// Hops counts the hops this drain finished (Step.Finished). A hop whose entries a concurrent drain
+	// of the same agent moved first is not counted: of drains racing over the same entries, the hop out
+	// of the top layer counts in exactly one of them (a hop out of a lower layer, see Step.Finished,
+	// in at least one).
+	Hops  int
 	Moved int   // entries appended to a lower layer, over all hops
 	Bytes int64 // their payload bytes
+
+	finished uint64 // bit i: this drain finished a hop out of Layers()[i] (a stack has at most MaxLayers)
+}
+
+// Finished reports whether this drain finished a hop out of Layers()[layer]: its own drop removed the
+// entry the hop set out to move last. Of drains racing over the same entries of the top layer of their
+// oplog, exactly one reports it; the others found them moved by it (Step.Finished says why a lower
+// layer may differ). The sweep counts an agent archived on that: once across sidecars on the routes out
+// of the top layer (ephemeral-l1, every route of the default stack, and durable-l0).
+func (d Drained) Finished(layer int) bool {
+	return 0 <= layer && layer < MaxLayers && d.finished&(1<<layer) != 0
+}
+
+// finish counts step, a hop out of Layers()[layer], if it finished.
+func (d *Drained) finish(step Step, layer int) {
+	if step.Finished && 0 <= layer && layer < MaxLayers {
+		d.Hops++
+		d.finished |= 1 << layer
+	}
 }
 
 // Drain runs ArchiveStep until no layer above the bottom holds entries of the oplog, at most MaxHops
 // times; past that it returns ErrStepCap with what it did.
 func (s *Stack) Drain(ctx context.Context, agent AgentID, mode Mode) (Drained, error) {
+	if err := s.check(agent, mode); err != nil {
+		return Drained{}, err
+	}
 	return s.steps(ctx, agent, mode, Drained{}, s.MaxHops())
 }
 
@@ -495,12 +596,10 @@ func (s *Stack) Drain(ctx context.Context, agent AgentID, mode Mode) (Drained, e
 // each moved to d; past n it returns ErrStepCap with what was done.
 func (s *Stack) steps(ctx context.Context, agent AgentID, mode Mode, d Drained, n int) (Drained, error) {
 	for range n {
-		step, err := s.ArchiveStep(ctx, agent, mode)
-		if step.Source != "" {
-			d.Hops++
-			d.Moved += step.Moved
-			d.Bytes += step.Bytes
-		}
+		step, from, err := s.archiveStep(ctx, agent, mode)
+		d.finish(step, from)
+		d.Moved += step.Moved
+		d.Bytes += step.Bytes
 		if err != nil || !step.More {
 			return d, err
 		}

@@ -3,6 +3,7 @@ package oplog_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -109,5 +110,79 @@ func callEveryMethodTakingALayer(t *testing.T, stack *oplog.Stack) {
 				v.Method(i).Call(args)
 			}()
 		}
+	}
+}
+
+// The zero Stack, and a nil *Stack, hold no layers: every exported method refuses it, with
+// ErrStackNotBuilt where it returns an error and with nothing (nil, 0) where it does not, and none
+// panics. Reflection calls each one, so a method added later is held to it too.
+func TestStack_TheZeroValueIsRefusedByEveryMethodWithoutPanic(t *testing.T) {
+	errType := reflect.TypeFor[error]()
+	agent := oplog.AgentID{Component: "c", Name: "zero"}
+	for name, s := range map[string]*oplog.Stack{"zero Stack": new(oplog.Stack), "nil *Stack": nil} {
+		v := reflect.ValueOf(s)
+		if v.NumMethod() == 0 {
+			t.Fatal("no methods found")
+		}
+		for i := range v.NumMethod() {
+			m, mt := v.Type().Method(i), v.Method(i).Type()
+			args := make([]reflect.Value, mt.NumIn())
+			for j := range args {
+				switch in := mt.In(j); in {
+				case reflect.TypeFor[context.Context]():
+					args[j] = reflect.ValueOf(t.Context())
+				case reflect.TypeFor[oplog.AgentID]():
+					args[j] = reflect.ValueOf(agent)
+				case reflect.TypeFor[oplog.Mode]():
+					args[j] = reflect.ValueOf(oplog.Ephemeral)
+				case reflect.TypeFor[[]oplog.Entry]():
+					args[j] = reflect.ValueOf(entries(1, 2))
+				case reflect.TypeFor[int]():
+					args[j] = reflect.ValueOf(1)
+				case reflect.TypeFor[oplog.Index]():
+					args[j] = reflect.ValueOf(oplog.Index(1))
+				default:
+					t.Fatalf("%s: Stack.%s takes a %s this test does not know how to make", name, m.Name, in)
+				}
+			}
+			var out []reflect.Value
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("%s: Stack.%s panics: %v", name, m.Name, r)
+					}
+				}()
+				out = v.Method(i).Call(args)
+			}()
+			for k, o := range out {
+				switch {
+				case mt.Out(k) == errType:
+					if err, _ := o.Interface().(error); !errors.Is(err, oplog.ErrStackNotBuilt) {
+						t.Errorf("%s: Stack.%s returned error %v, want ErrStackNotBuilt", name, m.Name, err)
+					}
+				case !o.IsZero():
+					t.Errorf("%s: Stack.%s returned %v, want nothing", name, m.Name, o)
+				}
+			}
+		}
+	}
+}
+
+func TestNewStack_RefusesMoreThanMaxLayers(t *testing.T) {
+	st := memory.New()
+	var archives []oplog.Layer
+	for l := 1; l < oplog.MaxLayers; l++ {
+		c, err := archive.NewCompressed(st, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		archives = append(archives, c)
+	}
+	if _, err := oplog.NewStack(oplog.NewPrimary(st), archives...); err != nil {
+		t.Fatalf("a stack of %d layers: %v", oplog.MaxLayers, err)
+	}
+	c, _ := archive.NewCompressed(st, oplog.MaxLayers)
+	if _, err := oplog.NewStack(oplog.NewPrimary(st), append(archives, c)...); err == nil {
+		t.Fatalf("a stack of %d layers was built", oplog.MaxLayers+1)
 	}
 }

@@ -16,7 +16,7 @@ import (
 type Outcome string
 
 const (
-	OutcomeUnparseable   Outcome = "unparseable"    // the key is not component:name
+	OutcomeUnparseable   Outcome = "unparseable"    // the key is no agent's stored key: named, never archived or deleted
 	OutcomeNotOwned      Outcome = "not_owned"      // the agent's shard belongs to another executor
 	OutcomeResident      Outcome = "resident"       // the executor runs it: skipped with no storage read
 	OutcomeActive        Outcome = "active"         // durable, active within durable_min_idle: skipped with no storage read
@@ -119,6 +119,38 @@ func usable(a Assignment, known bool, now time.Time) (ok bool, reason, why strin
 // they make (neighbouring shards are one range). A usable assignment always has at least one.
 func walkRanges(a Assignment) []oplog.BucketRange {
 	return oplog.CoalesceBuckets(oplog.ShardsBuckets(a.ShardCount, a.Shards))
+}
+
+// part is one key range a pass walks: a range of buckets (Layer.ScanAgents), or a part of the namespace
+// outside every bucket (oplog.OutsideBuckets, walked with oplog.RangeScanner.ScanRange), where no agent
+// is stored and every key is counted unparseable.
+type part struct {
+	buckets   oplog.BucketRange
+	outside   is.KeyRange
+	isOutside bool
+}
+
+// walkParts is what a pass of a route walks for an assignment: when scansOutside (the route's source
+// can walk any key range) and the assignment owns bucket 0, first the parts of the namespace outside
+// every bucket (below the first, above the last), then the bucket ranges of walkRanges. One owner per
+// bucket means one sidecar of a fleet walks the outside parts, so the fleet counts each key there once a
+// pass. They come first so that a pass still ends where its walk of buckets ends, as it did before they
+// were walked: a tick that finishes the buckets finishes the pass.
+func walkParts(a Assignment, scansOutside bool) []part {
+	ranges := walkRanges(a)
+	if len(ranges) == 0 {
+		return nil
+	}
+	var parts []part
+	if scansOutside && ownsBucket(a, 0) {
+		for _, r := range oplog.OutsideBuckets() {
+			parts = append(parts, part{outside: r, isOutside: true})
+		}
+	}
+	for _, r := range ranges {
+		parts = append(parts, part{buckets: r})
+	}
+	return parts
 }
 
 // parseAgent turns a scanned key, a stored key, into an agent; a key that is no agent's stored key

@@ -179,3 +179,43 @@ func TestConfig_ClampsAndValidation(t *testing.T) {
 		t.Fatal("page_size 0 accepted")
 	}
 }
+
+// The owner of bucket 0 walks the parts of the namespace outside every bucket, before its bucket ranges;
+// no other sidecar does, and none does over a source that cannot walk them.
+func TestWalkParts_TheOwnerOfBucketZeroWalksOutsideTheBuckets(t *testing.T) {
+	outside := oplog.OutsideBuckets()
+	for _, c := range []struct {
+		a            Assignment
+		scansOutside bool
+		want         []part
+	}{
+		{Assignment{ShardCount: 1, Shards: []int{0}}, true, []part{
+			{outside: outside[0], isOutside: true}, {outside: outside[1], isOutside: true}, {buckets: oplog.BucketRange{Lo: 0, Hi: oplog.Buckets}}}},
+		{Assignment{ShardCount: 1, Shards: []int{0}}, false, []part{{buckets: oplog.BucketRange{Lo: 0, Hi: oplog.Buckets}}}},
+		{Assignment{ShardCount: 4, Shards: []int{3, 0}}, true, []part{
+			{outside: outside[0], isOutside: true}, {outside: outside[1], isOutside: true}, {buckets: oplog.ShardBuckets(0, 4)}, {buckets: oplog.ShardBuckets(3, 4)}}},
+		{Assignment{ShardCount: 4, Shards: []int{1, 3}}, true, []part{{buckets: oplog.ShardBuckets(1, 4)}, {buckets: oplog.ShardBuckets(3, 4)}}},
+		{Assignment{ShardCount: 4}, true, nil},
+	} {
+		if got := walkParts(c.a, c.scansOutside); !slices.Equal(got, c.want) {
+			t.Errorf("walkParts(%+v, %v) = %+v, want %+v", c.a, c.scansOutside, got, c.want)
+		}
+	}
+	// Together with the buckets' ranges the outside parts leave no key unwalked.
+	keys := []string{"", "!", "000/x", "0000", "0000/", "3fff/z", "3fff0", "4000", "4000/", "4001/c:a", "nobucket", "zzzz", "\U0010ffff"}
+	for _, key := range keys {
+		in := 0
+		for _, p := range walkParts(Assignment{ShardCount: 1, Shards: []int{0}}, true) {
+			r := p.outside
+			if !p.isOutside {
+				r = p.buckets.Keys()
+			}
+			if r.Contains(key) {
+				in++
+			}
+		}
+		if in != 1 {
+			t.Errorf("key %q lies in %d parts of the walk, want 1", key, in)
+		}
+	}
+}

@@ -28,6 +28,7 @@ type probe struct {
 	onPage     func(n int)
 	afterLast  func(key string, n int) // after the n-th read of key's last entry returns
 	beforeLast func(key string)        // as a read of key's last entry begins
+	afterRead  func(key string)        // after a read of one of key's entries (Closest) returns
 	noPageIDs  bool                    // pages carry no last ids: the sweep must read each key
 }
 
@@ -40,6 +41,17 @@ func (p *probe) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, 
 func (p *probe) LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error) {
 	err = p.readLast(ctx, key, func() (err error) { id, ok, err = p.Storage.LastID(ctx, ns, key); return })
 	return id, ok, err
+}
+
+func (p *probe) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
+	e, ok, err := p.Storage.Closest(ctx, ns, key, id)
+	p.mu.Lock()
+	after := p.afterRead
+	p.mu.Unlock()
+	if after != nil {
+		after(key)
+	}
+	return e, ok, err
 }
 
 func (p *probe) readLast(ctx context.Context, key string, read func() error) error {

@@ -137,8 +137,11 @@ func TestSweep_ATransientKeyFailureEndsTheRouteAfterItsPageAndTheNextTickGoesOn(
 	strandMany(e, 6)
 	rep := e.tick()
 	rr := rep.Routes[0]
-	if rr.Pages != 1 || rr.Outcomes[sweeper.OutcomeUnreadable] != 2 || rr.PassCompleted {
-		t.Fatalf("failing store: pages %d, outcomes %+v, completed %v; want one page of failures", rr.Pages, rr.Outcomes, rr.PassCompleted)
+	// Three pages: the two (empty) parts of the namespace outside every bucket, which the owner of
+	// bucket 0 walks first, and one page of failures.
+	if rr.Pages != 3 || rr.Outcomes[sweeper.OutcomeUnreadable] != 2 || rr.PassCompleted {
+		t.Fatalf("failing store: pages %d, outcomes %+v, completed %v; want one page of failures after the two outside the buckets",
+			rr.Pages, rr.Outcomes, rr.PassCompleted)
 	}
 	down.Store(false)
 	// The token moved past the failed page: this tick reads the rest and completes the pass.
@@ -365,6 +368,39 @@ func TestSweep_ADrainThatFindsNothingIsDeclinedNotArchived(t *testing.T) {
 		t.Fatal("OnDrained fired for a drain that moved nothing")
 	}
 	e.requireArchived(a, 2)
+}
+
+// The executor's teardown drain runs to its end right after the sweep's drain read the agent's chunk,
+// before the sweep put it below or dropped it: the sweep finds it below already, compares it, and its
+// drop finds nothing left. The teardown drain moved the agent, so the sweep counts it declined, calls
+// no OnDrained, and every entry reads back once.
+func TestSweep_ATeardownDrainThatWinsAfterTheSweepReadTheChunkIsDeclined(t *testing.T) {
+	var fired atomic.Bool
+	e := newEnv(t, config())
+	a := agent("torn-down-late")
+	e.strand(a, 1, 2)
+	e.tick()
+	e.st.set(func(p *probe) {
+		p.afterRead = func(key string) {
+			// Once, and not from the teardown drain's own reads.
+			if key == a.StoredKey() && fired.CompareAndSwap(false, true) {
+				if _, err := e.stack.Drain(context.Background(), a, oplog.Ephemeral); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	})
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeArchived] != 0 || rep.Outcomes[sweeper.OutcomeDeclined] != 1 {
+		t.Fatalf("outcomes %+v; the teardown drain moved everything", rep.Outcomes)
+	}
+	if e.drainedCount(a) != 0 {
+		t.Fatal("OnDrained fired for an agent the teardown drain moved")
+	}
+	e.requireArchived(a, 2)
+	if e.inLayer(a) {
+		t.Fatal("the agent is back in compressed level 1")
+	}
 }
 
 func TestSweep_AFailedArchiveCountsAsARouteError(t *testing.T) {

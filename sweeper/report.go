@@ -29,7 +29,24 @@ type RouteReport struct {
 	// Unreadable lists the first MaxUnreadableListed keys (or files) the walk could not read; all of
 	// them are counted in Outcomes[OutcomeUnreadable].
 	Unreadable []UnreadableKey
+	// Unparseable lists the first MaxUnparseableListed keys the walk met that are no agent's stored key
+	// (in the parts outside every bucket too, on the sidecar that owns bucket 0); all of them are
+	// counted in Outcomes[OutcomeUnparseable].
+	Unparseable []UnparseableKey
 }
+
+// UnparseableKey is a key a walk met that is no agent's stored key: without a bucket prefix, with a
+// bucket past the last, or with another bucket's prefix. It is never archived or deleted.
+type UnparseableKey struct {
+	Route string    `json:"route"`
+	Key   string    `json:"key"`
+	Why   string    `json:"why"`
+	Pass  uint64    `json:"pass"`
+	At    time.Time `json:"at"`
+}
+
+// MaxUnparseableListed bounds the unparseable keys a route report, and the status, list.
+const MaxUnparseableListed = 32
 
 // UnreadableKey is a key, or a backend's file, that a walk could not read. It was skipped for the pass
 // and is read again on the next one.
@@ -90,6 +107,9 @@ type Status struct {
 	// Unreadable is the most recent keys the walks could not read, newest last, at most
 	// MaxUnreadableListed.
 	Unreadable []UnreadableKey
+	// Unparseable is the most recent keys the walks met that are no agent's stored key, newest last,
+	// at most MaxUnparseableListed.
+	Unparseable []UnparseableKey
 }
 
 // Progress is where the tick under way is.
@@ -119,6 +139,7 @@ func (s *Sweeper) Status() Status {
 	st := s.status
 	st.Passes = maps.Clone(s.status.Passes)
 	st.Unreadable = slices.Clone(s.status.Unreadable)
+	st.Unparseable = slices.Clone(s.status.Unparseable)
 	if s.status.Current != nil {
 		current := *s.status.Current
 		st.Current = &current
@@ -166,11 +187,12 @@ func (s *Sweeper) finish(rep *Report) {
 	if extra := len(unreadable) - MaxUnreadableListed; extra > 0 {
 		unreadable = slices.Clone(unreadable[extra:])
 	}
+	unparseable := latestUnparseable(s.status.Unparseable, rep.Routes)
 	if rep.StandDownReason != "" && !slices.Contains(s.reasons, rep.StandDownReason) {
 		s.reasons = append(s.reasons, rep.StandDownReason)
 	}
 	s.status = Status{Last: *rep, Passes: passes, Tracked: s.tracked, DeadlineHits: s.hits, NextWait: rep.NextWait,
-		StandDownReason: rep.StandDownReason, Unreadable: unreadable}
+		StandDownReason: rep.StandDownReason, Unreadable: unreadable, Unparseable: unparseable}
 	s.statusMu.Unlock()
 	s.m.record(*rep)
 }
@@ -316,4 +338,21 @@ func (m *instruments) record(rep Report) {
 	for _, reason := range rep.Truncated {
 		m.truncated.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", string(reason))))
 	}
+}
+
+// latestUnparseable is the status's list of unparseable keys after a tick: the keys of each route's
+// report appended to what was listed, each key once (a key met again moves to the end), the newest
+// MaxUnparseableListed.
+func latestUnparseable(listed []UnparseableKey, routes []RouteReport) []UnparseableKey {
+	out := slices.Clone(listed)
+	for _, rr := range routes {
+		for _, u := range rr.Unparseable {
+			out = slices.DeleteFunc(out, func(o UnparseableKey) bool { return o.Route == u.Route && o.Key == u.Key })
+			out = append(out, u)
+		}
+	}
+	if extra := len(out) - MaxUnparseableListed; extra > 0 {
+		out = slices.Clone(out[extra:])
+	}
+	return out
 }

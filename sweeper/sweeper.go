@@ -88,12 +88,15 @@ type route struct {
 	// be in the primary, above it: the gate reads the primary's last index too.
 	primaryBelow bool
 
-	// ranges are the bucket ranges a pass walks, from the assignment (walkRanges); the pass is in
-	// ranges[at], continuing from resume. A changed assignment restarts the walk on its own ranges.
-	ranges []oplog.BucketRange
+	// parts are the key ranges a pass walks, from the assignment (walkParts); the pass is in parts[at],
+	// continuing from resume. A changed assignment restarts the walk on its own parts.
+	parts  []part
 	at     int
-	resume is.Resume // where the walk of ranges[at] continues; lives in memory only
-	pass   uint64    // the pass under way, from 1
+	resume is.Resume // where the walk of parts[at] continues; lives in memory only
+	// scansOutside: the source can walk the parts of its namespace outside every bucket
+	// (oplog.RangeScanner), so the owner of bucket 0 counts and names the keys there.
+	scansOutside bool
+	pass         uint64 // the pass under way, from 1
 	// scanned is the pass this tick's scan of the route ran in (pass, or pass-1 once the scan completed
 	// it): what the archive phase stamps a declined agent with.
 	scanned uint64
@@ -140,8 +143,8 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if stack == nil {
-		return nil, errors.New("sweeper needs a stack")
+	if len(stack.Layers()) == 0 {
+		return nil, fmt.Errorf("sweeper needs a stack: %w", oplog.ErrStackNotBuilt)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -183,6 +186,7 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 					Source: layer.Name(), Target: layers[level+1].Name()},
 				source: layer, primaryBelow: mode == oplog.Durable && level > 0,
 				pass: 1, seen: map[string]sighting{},
+				scansOutside: isRangeScanner(layer),
 			})
 		}
 	}
@@ -192,6 +196,11 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	}
 	s.status.NextWait = s.cfg.Interval
 	return s, nil
+}
+
+func isRangeScanner(l oplog.Layer) bool {
+	_, ok := l.(oplog.RangeScanner)
+	return ok
 }
 
 // ErrDurableRouteRefused is New's error for Options.DurableRoute without what the route needs.
@@ -332,6 +341,10 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 		r.starved = false
 		s.progress(func(p *Progress) { p.Route = r.Name })
 		cands := s.scan(ctx, tickCtx, r, assign, scanShare, pageShare, archiveShare, rr)
+		if more := rr.Outcomes[OutcomeUnparseable] - len(rr.Unparseable); more > 0 {
+			s.log.Warn("sweep met more keys that are no agent's stored key than it names", "route", r.Name,
+				"named", len(rr.Unparseable), "more", more)
+		}
 		afforded := min(len(cands), archiveShare)
 		work[i], r.pending = cands[:afforded], cands[afforded:]
 		if len(r.pending) > 0 && rr.Truncated == "" {
@@ -368,8 +381,8 @@ var errShutdownGrace = errors.New("sweep shutdown grace elapsed")
 // where it was. A page with a transient failure ends the route's tick after that page, so a store that
 // fails every call costs one page of failed reads a tick, not the whole scan budget.
 func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, scanShare, pageShare, archiveShare int, rr *RouteReport) []candidate {
-	if want := walkRanges(a); !slices.Equal(want, r.ranges) {
-		r.ranges, r.at, r.resume = want, 0, is.Resume{}
+	if want := walkParts(a, r.scansOutside); !slices.Equal(want, r.parts) {
+		r.parts, r.at, r.resume = want, 0, is.Resume{}
 	}
 	r.scanned = r.pass
 	cands := slices.Clone(r.pending)
@@ -390,7 +403,7 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			rr.Truncated = reason
 			return cands
 		}
-		page, err := r.source.ScanAgents(tickCtx, r.Mode, r.ranges[r.at], r.resume, s.cfg.PageSize)
+		page, err := r.scanPart(tickCtx, r.parts[r.at], r.resume, s.cfg.PageSize)
 		rr.Pages++
 		if err != nil {
 			s.storageError(ctx, tickCtx, rr, "scan", err)
@@ -414,6 +427,9 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			rr.Scanned++
 			if outcome != "" {
 				rr.Outcomes[outcome]++
+				if outcome == OutcomeUnparseable {
+					s.unparseable(r, rr, key)
+				}
 				continue
 			}
 			if !queued[key] {
@@ -426,7 +442,7 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			transient = transient || errors.Is(u.Err, is.ErrTransient)
 		}
 		switch {
-		case page.Done && r.at+1 == len(r.ranges):
+		case page.Done && r.at+1 == len(r.parts):
 			s.completePass(r)
 			rr.PassCompleted = true
 			return cands
@@ -439,6 +455,32 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			return cands
 		}
 	}
+}
+
+// scanPart reads one page of a part of the route's walk.
+func (r *route) scanPart(ctx context.Context, p part, from is.Resume, count int) (is.Page, error) {
+	if p.isOutside {
+		// walkParts gives outside parts only to a source that is a RangeScanner.
+		return r.source.(oplog.RangeScanner).ScanRange(ctx, r.Mode, p.outside, from, count)
+	}
+	return r.source.ScanAgents(ctx, r.Mode, p.buckets, from, count)
+}
+
+// unparseable names a key the walk met that is no agent's stored key: outside every bucket's range,
+// without a bucket prefix, or with another bucket's (a writer that hashed differently). It is already
+// counted; it is listed (bounded) and logged with its key, and never archived or deleted: its entries
+// stay where its writer put them. Past the listing bound a route's tick logs how many more it met.
+func (s *Sweeper) unparseable(r *route, rr *RouteReport, key string) {
+	if len(rr.Unparseable) >= MaxUnparseableListed {
+		return
+	}
+	why := "not an agent's stored key"
+	if _, err := oplog.ParseStoredKey(key); err != nil {
+		why = err.Error()
+	}
+	rr.Unparseable = append(rr.Unparseable, UnparseableKey{Route: r.Name, Key: key, Why: why, Pass: r.pass, At: s.opts.Now()})
+	s.log.Warn("sweep met a key that is no agent's stored key; it is counted unparseable, never archived or deleted",
+		"route", r.Name, "key", key, "pass", r.pass, "why", why)
 }
 
 // unreadable records a key (or, where the backend cannot tell the key, the thing it could not read)
@@ -739,9 +781,12 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 		res.outcome = OutcomeArchiveFailed
 	case err != nil:
 		return failed("drain", err)
-	case res.drained.Hops == 0:
-		// Nothing to move: the executor's own teardown drain won the race since the gate. Not
-		// archived, which would inflate the metric whose rise means teardown drains are lost.
+	case !res.drained.Finished(r.Level):
+		// Another drain moved the entries the gate saw out of the route's layer first: the executor's
+		// own teardown drain since the gate, or another sidecar during a hand-off, whether before this
+		// drain read them or after. That drain's agent, not this one's: archived would count it twice,
+		// on the metric whose rise means teardown drains are lost. (Exact on a route out of the top
+		// layer of its mode; a lower one can count an agent twice in a three-way race, Step.Finished.)
 		res.outcome = OutcomeDeclined
 	default:
 		res.outcome = OutcomeArchived

@@ -2,6 +2,7 @@ package sweeper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -480,9 +481,9 @@ type stuckLayer struct {
 	stuck oplog.AgentID
 }
 
-func (l stuckLayer) DropPrefix(ctx context.Context, a oplog.AgentID, m oplog.Mode, upTo oplog.Index) error {
+func (l stuckLayer) DropPrefix(ctx context.Context, a oplog.AgentID, m oplog.Mode, upTo oplog.Index) (uint64, error) {
 	if a == l.stuck {
-		return nil
+		return 0, nil
 	}
 	return l.Layer.DropPrefix(ctx, a, m, upTo)
 }
@@ -605,6 +606,10 @@ func TestNew_RejectsInvalidConfigAndAStackWithoutSources(t *testing.T) {
 	}
 	if _, err := sweeper.New(config(), nil, sweeper.Options{}); err == nil {
 		t.Fatal("nil stack accepted")
+	}
+	// The zero Stack has no layers: refused with a clear error, not a panic.
+	if _, err := sweeper.New(config(), &oplog.Stack{}, sweeper.Options{}); !errors.Is(err, oplog.ErrStackNotBuilt) {
+		t.Fatalf("the zero stack: %v, want ErrStackNotBuilt", err)
 	}
 	// A stack whose only archive is the blob layer has nothing to sweep: no routes, no error.
 	blobOnly, _ := oplog.NewStack(oplog.NewPrimary(st), b0)

@@ -334,6 +334,7 @@ func (s *Sidecar) getStatus(w http.ResponseWriter, _ *http.Request) {
 			"next_wait_seconds": st.NextWait.Seconds(),
 			"standing_down":     st.StandDownReason,
 			"unreadable":        orEmpty(st.Unreadable),
+			"unparseable":       orEmpty(st.Unparseable),
 		},
 		"feed":    s.feed.status(),
 		"storage": s.storageStatus(),
@@ -381,7 +382,7 @@ func ReportJSON(rep sweeper.Report) map[string]any {
 			"route": rr.Route, "outcomes": rr.Outcomes, "scanned": rr.Scanned, "pages": rr.Pages,
 			"pass_completed": rr.PassCompleted, "truncated": rr.Truncated, "errors": rr.Errors,
 			"moved_entries": rr.Moved, "moved_bytes": rr.Bytes, "archived": archived,
-			"unreadable": orEmpty(rr.Unreadable),
+			"unreadable": orEmpty(rr.Unreadable), "unparseable": orEmpty(rr.Unparseable),
 		})
 	}
 	return map[string]any{
