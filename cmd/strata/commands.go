@@ -79,14 +79,14 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, out *errorSink
 }
 
 // openQuiet opens the stores for a one-shot command, logging warnings only.
-func openQuiet(ctx context.Context, path string, stderr io.Writer, out *errorSink) (*sidecar.Sidecar, config.Config, error) {
+func openQuiet(ctx context.Context, path string, stderr io.Writer, out *errorSink, opts ...sidecar.Option) (*sidecar.Sidecar, config.Config, error) {
 	cfg, err := loadLogged(path, stderr, out)
 	if err != nil {
 		return nil, cfg, err
 	}
 	log := newLogger(stderr, slog.LevelWarn, cfg.Log.Format)
 	out.use(log, cfg.Log.Format)
-	sc, err := sidecar.Open(ctx, cfg, log)
+	sc, err := sidecar.Open(ctx, cfg, log, opts...)
 	return sc, cfg, err
 }
 
@@ -179,14 +179,14 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer, out 
 	if err != nil {
 		return &usageError{fmt.Sprintf("--shards %s --shard-count %d: %v", *shards, *shardCount, err)}
 	}
-	sc, _, err := openQuiet(ctx, *path, stderr, out)
+	// No executor runs beside the command: nothing is resident, and the sweep never stands down for
+	// residency however long the run takes. The quiet gate (no change for --gap) and the archive
+	// step's bounded drop are what keep a live agent's entries safe.
+	sc, _, err := openQuiet(ctx, *path, stderr, out, sidecar.WithoutExecutor())
 	if err != nil {
 		return err
 	}
 	defer sc.Close()
-	// Nothing is known to be resident from the command line: the quiet gate (no change for --gap) and
-	// the archive step's bounded drop are what keep a live agent's entries safe.
-	sc.SetResident(nil)
 	sc.SetAssignment(assignment)
 
 	run := newOnceSweep(*maxTicks)
@@ -194,7 +194,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer, out 
 		rep := sc.Sweeper().SweepOnce(ctx)
 		stop := run.observe(rep)
 		if *asJSON {
-			raw, _ := json.Marshal(sidecar.ReportJSON(rep))
+			raw, _ := json.Marshal(onceReportJSON(rep))
 			fmt.Fprintln(stdout, string(raw))
 		} else {
 			fmt.Fprintf(stdout, "tick %d: %s\n", run.ticks, summarize(rep))
@@ -228,6 +228,18 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer, out 
 	return run.err()
 }
 
+// onceReportJSON is a tick's report as sweep --once --json prints it: the API's, with each route's
+// count of agents it found and left unarchived.
+func onceReportJSON(rep sweeper.Report) map[string]any {
+	out := sidecar.ReportJSON(rep)
+	if routes, ok := out["routes"].([]map[string]any); ok && len(routes) == len(rep.Routes) {
+		for i, rr := range rep.Routes {
+			routes[i]["unarchived"] = rr.Unarchived
+		}
+	}
+	return out
+}
+
 func anyCompleted(rep sweeper.Report) bool {
 	for _, rr := range rep.Routes {
 		if rr.PassCompleted {
@@ -250,11 +262,12 @@ func unreadableOf(rep sweeper.Report) []sweeper.UnreadableKey {
 type onceStop int
 
 const (
-	keepGoing    onceStop = iota
-	stopDone              // every route completed two passes, and the archives they found are done
-	stopIdle              // the sweep did nothing and will not: disabled, unassigned or stood down
-	stopStuck             // a tick made no progress at all while routes reported errors: storage is down
-	stopMaxTicks          // --max-ticks ticks without completing
+	keepGoing     onceStop = iota
+	stopDone               // every route completed two passes, and the archives they found are done
+	stopIdle               // the sweep did nothing and will not: disabled, unassigned or stood down from the start
+	stopStoodDown          // the sweep ran, then stood down (or went unassigned or disabled) before it completed
+	stopStuck              // a tick made no progress at all while routes reported errors: storage is down
+	stopMaxTicks           // --max-ticks ticks without completing
 )
 
 // onceSweep is what `strata sweep --once` has seen so far. Whether to go on, and whether the run
@@ -272,6 +285,14 @@ type onceSweep struct {
 	moreUnreadable int
 	seen           map[[2]string]bool
 
+	// ran: a tick ran (did not stand down). A stand-down after one is a failure, never idleness: the
+	// sweep had started and what it found stays where it is.
+	ran bool
+	// unarchived is what the last tick that ran reported its routes found and left in the layer;
+	// untracked counts the sightings the tracking table had no room for, over the run.
+	unarchived, untracked int
+	standDown             string // what the stand-down said, for stopStoodDown
+
 	stopped   onceStop
 	stuckTick int // the tick that made no progress, for stopStuck
 }
@@ -286,6 +307,18 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 	o.archived += rep.Outcomes[sweeper.OutcomeArchived]
 	o.archiveFailed += rep.Outcomes[sweeper.OutcomeArchiveFailed]
 	o.unreadable += rep.Outcomes[sweeper.OutcomeUnreadable]
+	o.untracked += rep.Outcomes[sweeper.OutcomeUntracked]
+	if idle := rep.Disabled || rep.Unassigned || rep.StoodDown != ""; idle {
+		if o.stopped = stopIdle; o.ran {
+			o.stopped, o.standDown = stopStoodDown, summarize(rep)
+		}
+		return true
+	}
+	o.ran = true
+	o.unarchived = 0
+	for _, rr := range rep.Routes {
+		o.unarchived += rr.Unarchived
+	}
 	progress, failures, budgetBound := false, 0, false
 	for _, rr := range rep.Routes {
 		budgetBound = budgetBound || rr.Truncated == sweeper.ReasonArchiveBudget
@@ -317,8 +350,6 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 		done = done && o.completed[rr.Route] >= 2
 	}
 	switch {
-	case rep.Disabled || rep.Unassigned || rep.StoodDown != "":
-		o.stopped = stopIdle
 	case done:
 		o.stopped = stopDone
 	case !progress && failures > 0:
@@ -329,9 +360,13 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 	return o.stopped != keepGoing
 }
 
-// summary is the last line of the text output: what was archived, and every unreadable key.
+// summary is the last line of the text output: what was archived, what was left, and every
+// unreadable key.
 func (o *onceSweep) summary() string {
 	line := fmt.Sprintf("archived %d agents in %d ticks", o.archived, o.ticks)
+	if o.unarchived > 0 {
+		line += fmt.Sprintf("; %d found and left unarchived", o.unarchived)
+	}
 	if len(o.unreadableKeys) > 0 {
 		var keys []string
 		for _, u := range o.unreadableKeys {
@@ -353,6 +388,16 @@ func (o *onceSweep) err() error {
 		parts = append(parts, fmt.Sprintf("storage down: tick %d made no progress and its routes reported errors", o.stuckTick))
 	case stopMaxTicks:
 		parts = append(parts, fmt.Sprintf("no complete sweep in --max-ticks %d ticks: some route did not complete two passes", o.maxTicks))
+	case stopStoodDown:
+		parts = append(parts, fmt.Sprintf("the sweep stopped at tick %d before it completed (%s)", o.ticks, o.standDown))
+	}
+	if o.unarchived > 0 {
+		parts = append(parts, fmt.Sprintf("%d agents it found are still in the layer, unarchived (waiting for a second "+
+			"sighting with no change, or through the gate and not yet archived): run it again, with a longer --gap "+
+			"if they are still being written", o.unarchived))
+	}
+	if o.untracked > 0 {
+		parts = append(parts, fmt.Sprintf("%d sightings went untracked, the tracking table full (sweep.max_tracked_agents)", o.untracked))
 	}
 	if o.archiveFailed > 0 {
 		parts = append(parts, fmt.Sprintf("%d archive attempts failed", o.archiveFailed))

@@ -156,6 +156,64 @@ func TestOnceSweep_ASweepThatCannotRunStopsAtOnceWithoutFailing(t *testing.T) {
 	}
 }
 
+// Issue 20, break 1: a stand-down after the sweep ran is a failure, never idleness. (The one-shot no
+// longer stands down for residency at all; a sweep switched off or unassigned under it still may.)
+func TestOnceSweep_AStandDownAfterATickThatRanFailsTheRun(t *testing.T) {
+	for _, down := range []sweeper.Report{{StoodDown: "residency feed is 2m1s old, older than residency.ttl 2m0s"},
+		{Unassigned: true, UnassignedReason: "assignment lease lapsed"}, {Disabled: true}} {
+		o := newOnceSweep(defaultMaxTicks)
+		first := tick("r", 300, true, 0, nil)
+		first.Routes[0].Unarchived = 300
+		if n := observeAll(t, o, first, down, tick("r", 300, true, 0, nil)); n != 2 {
+			t.Fatalf("%+v: stopped after %d ticks; want 2, at the stand-down", down, n)
+		}
+		err := o.err()
+		if o.stopped != stopStoodDown || err == nil || !strings.Contains(err.Error(), "stopped at tick 2 before it completed") ||
+			!strings.Contains(err.Error(), "300 agents it found are still in the layer") {
+			t.Fatalf("%+v: stopped %v, %v; want a failure naming the stand-down and the 300 agents left", down, o.stopped, err)
+		}
+	}
+}
+
+// The one-shot exits non-zero while anything it found stays in the layer: agents still waiting after
+// the second pass (written between the passes), or through the gate and never archived.
+func TestOnceSweep_FailsNamingHowManyAgentsItFoundAndLeftUnarchived(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	first := tick("r", 10, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeWaiting: 10})
+	first.Routes[0].Unarchived = 10
+	second := tick("r", 10, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 7, sweeper.OutcomeWaiting: 3})
+	second.Routes[0].Unarchived = 3
+	if n := observeAll(t, o, first, second); n != 2 || o.stopped != stopDone {
+		t.Fatalf("stopped after %d ticks (%v); want the two passes done", n, o.stopped)
+	}
+	if err := o.err(); err == nil || !strings.Contains(err.Error(), "3 agents it found are still in the layer") {
+		t.Fatalf("err %v; want a failure naming the 3 agents left", err)
+	}
+	if s := o.summary(); !strings.Contains(s, "archived 7 agents in 2 ticks; 3 found and left unarchived") {
+		t.Fatalf("summary %q", s)
+	}
+}
+
+// What counts is what the last tick left, not what earlier ticks had not yet archived.
+func TestOnceSweep_SucceedsWhenTheLastTickLeftNothingFound(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	first := tick("r", 4, true, 0, nil)
+	first.Routes[0].Unarchived = 4
+	second := tick("r", 4, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 4})
+	if observeAll(t, o, first, second); o.stopped != stopDone || o.err() != nil {
+		t.Fatalf("stopped %v, %v; want done without an error", o.stopped, o.err())
+	}
+}
+
+func TestOnceSweep_UntrackedSightingsFailTheRun(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	full := map[sweeper.Outcome]int{sweeper.OutcomeUntracked: 5}
+	observeAll(t, o, tick("r", 10, true, 0, full), tick("r", 10, true, 0, full))
+	if err := o.err(); err == nil || !strings.Contains(err.Error(), "10 sightings went untracked") {
+		t.Fatalf("err %v; want the untracked sightings named", err)
+	}
+}
+
 func TestSummarize_ATickWithErrorsIsNotNothingInTheLayer(t *testing.T) {
 	if s := summarize(tick("r", 0, false, 2, nil)); strings.Contains(s, "nothing in the layer") || !strings.Contains(s, "2 failed storage calls") {
 		t.Fatalf("summary %q; want the failed calls, not nothing in the layer", s)
