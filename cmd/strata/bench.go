@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/stratalog/strata/internal/chaos"
+	"github.com/stratalog/strata/cmd/strata/internal/chaos"
 )
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {

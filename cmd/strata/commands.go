@@ -16,7 +16,7 @@ import (
 	"github.com/stratalog/strata/backends"
 	"github.com/stratalog/strata/config"
 	is "github.com/stratalog/strata/indexedstorage"
-	"github.com/stratalog/strata/internal/demo"
+	"github.com/stratalog/strata/cmd/strata/internal/demo"
 	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/oplog"
