@@ -70,4 +70,3 @@ func applyOverrides(c *Config, overrides []Override, from labels) []error {
 	}
 	return errs
 }
-

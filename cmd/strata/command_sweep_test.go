@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
-	"text/tabwriter"
 
-	is "github.com/stratalog/strata/indexedstorage"
-	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 )
 
@@ -25,9 +22,9 @@ func TestSweepFlags_BadValuesAreUsageErrors(t *testing.T) {
 		{[]string{"--shard-count", "20000"}, "shard count 20000, want 0 to 16384"},
 		{[]string{"--gap", "-1s"}, "--gap -1s: want a duration from 0 to 24h"},
 		{[]string{"--gap", "25h"}, "--gap 25h0m0s: want a duration from 0 to 24h"},
-		{[]string{"--gap", "soon"}, `invalid value "soon" for flag -gap`},
+		{[]string{"--gap", "soon"}, `invalid argument "soon" for "--gap" flag`},
 		{[]string{"--max-ticks", "0"}, "--max-ticks 0: want 1 to 1000000"},
-		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
 	} {
 		var out, errOut strings.Builder
 		code := run(append([]string{"sweep", "--once"}, c.args...), &out, &errOut)
@@ -38,6 +35,27 @@ func TestSweepFlags_BadValuesAreUsageErrors(t *testing.T) {
 	var out, errOut strings.Builder
 	if code := run([]string{"scan", "--limit", "-1"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--limit -1") {
 		t.Errorf("scan --limit -1: exit %d, %q; want a usage error", code, errOut.String())
+	}
+}
+
+func TestBinary_SweepOnceArchivesWhatStayedQuietAcrossItsTwoPasses(t *testing.T) {
+	d := newDeployment(t, "", "")
+	stack := d.stack(t)
+	agents := strandAgents(t, stack, 4, 30)
+	code, out, errOut := runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", d.config)
+	if code != 0 || !strings.Contains(out, "archived 4 agents") {
+		t.Fatalf("sweep --once: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := requireWhole(t, stack, agents, 30); got != 4 {
+		t.Fatalf("%d of 4 agents in the blob layer", got)
+	}
+	code, out, _ = runBinary(t, nil, "sweep", "--once", "--json", "--gap", "100ms", "--config", d.config)
+	var line map[string]any
+	if code != 0 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &line) != nil || line["routes"] == nil {
+		t.Fatalf("sweep --once --json: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := runBinary(t, nil, "sweep", "--config", d.config); code != 2 || !strings.Contains(errOut, "--once") {
+		t.Fatalf("sweep without --once: exit %d %s", code, errOut)
 	}
 }
 
@@ -223,51 +241,16 @@ func TestSummarize_ATickWithErrorsIsNotNothingInTheLayer(t *testing.T) {
 	}
 }
 
-// scanLayer is tested over a layer whose pages pass over a file and whose last index read fails for
-// one agent; the other methods of oplog.Layer are never called.
-type brokenLayer struct {
-	oplog.Layer
-	pages []is.Page
-}
-
-func (l *brokenLayer) ScanAgents(_ context.Context, _ oplog.Mode, _ oplog.BucketRange, from is.Resume, _ int) (is.Page, error) {
-	if from.IsStart() {
-		return l.pages[0], nil
+// sweep --once sweeps the stores its URL flags name, over the configuration file's.
+func TestBinary_SweepOnceSweepsTheStoresTheFlagsName(t *testing.T) {
+	configured, other := newDeployment(t, "", ""), newDeployment(t, "", "")
+	stack := other.stack(t)
+	agents := strandAgents(t, stack, 3, 4)
+	db, blobs := filepath.Join(other.dir, "strata.db"), filepath.Join(other.dir, "blobs")
+	code, out, errOut := runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", configured.config,
+		"--storage-url", "sqlite://"+db, "--schedule-url", "sqlite://"+db, "--blob-url", "fs://"+blobs)
+	if code != 0 || !strings.Contains(out, "archived 3 agents") {
+		t.Fatalf("sweep --once with URL flags: exit %d\n%s%s", code, out, errOut)
 	}
-	return l.pages[1], nil
-}
-
-func (l *brokenLayer) LastIndex(_ context.Context, a oplog.AgentID, _ oplog.Mode) (oplog.Index, bool, error) {
-	if a.Name == "b" {
-		return 0, false, errors.New("database disk image is malformed")
-	}
-	return 7, true, nil
-}
-
-func TestScanLayer_MarksWhatItCannotReadAndWalksOn(t *testing.T) {
-	layer := &brokenLayer{pages: []is.Page{
-		{Keys: []string{stored("c:a"), stored("c:b")}, Next: is.MarkerResume(stored("c:b")),
-			Unreadable: []is.Unreadable{{Where: "ns-ephemeral~compressed~1/7f7f.db", Err: errors.New("file is not a database")}}},
-		{Keys: []string{stored("c:c")}, Done: true},
-	}}
-	var out strings.Builder
-	n, err := scanLayer(t.Context(), layer, oplog.Ephemeral, 0, &tableRows{tw: tabwriter.NewWriter(&out, 0, 4, 2, ' ', 0)})
-	if err != nil || n != 2 {
-		t.Fatalf("%d unreadable, %v; want 2 and no error", n, err)
-	}
-	for _, row := range []string{"ns-ephemeral~compressed~1/7f7f.db  unreadable: file is not a database", "c:a", "c:b",
-		"unreadable: database disk image is malformed", "c:c"} {
-		if !strings.Contains(out.String(), row) {
-			t.Errorf("output lacks %q:\n%s", row, out.String())
-		}
-	}
-}
-
-// stored is the stored key of the agent with key.
-func stored(key string) string {
-	a, err := oplog.ParseAgentKey(key)
-	if err != nil {
-		panic(err)
-	}
-	return a.StoredKey()
+	requireInBottomLayerOnce(t, stack, agents, 4)
 }
