@@ -8,9 +8,6 @@ import (
 	"github.com/stratalog/strata/sweeper"
 )
 
-// The verdict of `strata sweep --once`: whether to go on after a tick, and whether the run failed,
-// decided from the tick reports alone (no I/O), so both are tested with fabricated reports.
-
 // onceStop is why `strata sweep --once` stopped.
 type onceStop int
 
@@ -23,8 +20,9 @@ const (
 	stopMaxTicks           // --max-ticks ticks without completing
 )
 
-// onceSweep is what `strata sweep --once` has seen so far. Whether to go on, and whether the run
-// failed, are decided from the reports alone, so both are tested with fabricated reports.
+// onceSweep is the verdict of `strata sweep --once`, from what it has seen so far. Whether to go on
+// after a tick, and whether the run failed, are decided from the tick reports alone (no I/O), so both
+// are tested with fabricated reports.
 type onceSweep struct {
 	maxTicks  int
 	ticks     int
