@@ -165,13 +165,14 @@ func (l labels) of(s *spec) string {
 	return s.key
 }
 
-// parse applies the file (named path in messages, if not empty) and then environ over the defaults,
-// and validates the result.
-func parse(data []byte, path string, environ []string) (Config, error) {
+// parse applies the file (named path in messages, if not empty), then environ, then the overrides
+// over the defaults, and validates the result.
+func parse(data []byte, path string, environ []string, overrides ...Override) (Config, error) {
 	c := Default()
 	from := labels{}
 	errs := applyTOML(&c, data, path, from)
 	errs = append(errs, applyEnv(&c, environ, from)...)
+	errs = append(errs, applyOverrides(&c, overrides, from)...)
 	// Validate even after errors, so one run reports every problem: a value that failed to convert
 	// kept its default, which is valid.
 	if err := c.validate(from); err != nil {

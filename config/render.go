@@ -53,6 +53,9 @@ func Markdown() string {
 		"over the file, and validates the result: an error names the key (or the variable), the bad value and what " +
 		"is allowed. `strata config defaults` prints the default file, every key with a comment.\n\n")
 	b.WriteString(strings.Replace(intro, "STRATA_<SECTION>_<KEY>", "`STRATA_<SECTION>_<KEY>`", 1) + "\n\n")
+	b.WriteString("On the command line, `--storage-url`, `--blob-url` and `--schedule-url` override the three URLs over the " +
+		"environment and the file (flag > variable > file > default) on the commands that open those stores: `strata run`, " +
+		"`sweep`, `scan`, `inspect`, `migrate` and `config print`. A flag's value is checked as the key's is.\n\n")
 	b.WriteString("A URL's scheme is checked when the configuration loads; the rest of it when the store is opened.\n\n")
 	b.WriteString("The sweep's budgets are **untuned**: starting points, not measured optima.\n")
 	defaults := Default()

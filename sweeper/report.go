@@ -26,6 +26,10 @@ type RouteReport struct {
 	Moved         int             // entries moved to lower layers
 	Bytes         int64           // their payload bytes
 	Archived      []oplog.AgentID // agents drained to the bottom layer
+	// Unarchived counts the agents the route found in its last completed pass or the pass under way
+	// and holds unarchived after the tick: waiting for a quiet second sighting, through the gate but
+	// not yet afforded by a budget, declined as moved on, or failed. See route.unarchived.
+	Unarchived int
 	// Unreadable lists the first MaxUnreadableListed keys (or files) the walk could not read; all of
 	// them are counted in Outcomes[OutcomeUnreadable].
 	Unreadable []UnreadableKey

@@ -365,6 +365,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 		}
 	}
 	for _, i := range sequence {
+		reports[i].Unarchived = s.routes[i].unarchived()
 		rep.Routes = append(rep.Routes, reports[i])
 	}
 	return rep

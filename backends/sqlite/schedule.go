@@ -34,9 +34,13 @@ var _ schedule.Store = (*ScheduleStore)(nil)
 // scheduleMigrations[v] takes the scheduled_actions schema from version v to v+1. The version lives in
 // its own table, since user_version belongs to index_storage and the two may share a file.
 var scheduleMigrations = []func(ctx context.Context, tx *sql.Tx) error{
-	// Times are Unix milliseconds; lease_owner is NULL while nobody holds the row. The index serves the
-	// claim: shard equality, then due_at_ms as range and order.
-	execMigration(`CREATE TABLE scheduled_actions (
+	execMigration(scheduleTableDDL),
+	migrateScheduleBuckets,
+}
+
+// scheduleTableDDL (version 1): times are Unix milliseconds; lease_owner is NULL while nobody holds
+// the row. The index serves the claim: shard equality, then due_at_ms as range and order.
+const scheduleTableDDL = `CREATE TABLE scheduled_actions (
 		schedule_id     INTEGER PRIMARY KEY AUTOINCREMENT,
 		due_at_ms       INTEGER NOT NULL,
 		available_at_ms INTEGER NOT NULL,
@@ -47,9 +51,7 @@ var scheduleMigrations = []func(ctx context.Context, tx *sql.Tx) error{
 		attempt_count   INTEGER NOT NULL DEFAULT 0,
 		failed          INTEGER NOT NULL DEFAULT 0
 	);
-	CREATE INDEX scheduled_actions_claim ON scheduled_actions (shard_id, due_at_ms, available_at_ms) WHERE failed = 0;`),
-	migrateScheduleBuckets,
-}
+	CREATE INDEX scheduled_actions_claim ON scheduled_actions (shard_id, due_at_ms, available_at_ms) WHERE failed = 0;`
 
 func execMigration(ddl string) func(ctx context.Context, tx *sql.Tx) error {
 	return func(ctx context.Context, tx *sql.Tx) error {

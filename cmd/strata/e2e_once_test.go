@@ -119,3 +119,58 @@ func TestBinary_SweepOnceArchivesPastACorruptFileNamesItAndFails(t *testing.T) {
 		}
 	}
 }
+
+// Break 1 of issue 20: a one-shot sweep whose run outlasts residency.ttl stood down (residency_stale),
+// counted that as idle and exited 0 with every agent still stranded. The one-shot has no executor and
+// so no residency feed to go stale: it must archive every agent and exit 0, or exit non-zero.
+func TestBinary_SweepOnceOutlastingTheResidencyTTLArchivesEveryAgent(t *testing.T) {
+	const n, entries = 40, 3
+	d := newDeployment(t, "", "")
+	stack := d.stack(t)
+	agents := strandAgents(t, stack, n, entries)
+	// The second pass comes --gap after the first, by when a residency feed of residency.ttl would be stale.
+	code, out, errOut := runBinary(t, []string{"STRATA_RESIDENCY_TTL=1s"}, "sweep", "--once", "--gap", "2s", "--config", d.config)
+	if code != 0 {
+		t.Fatalf("sweep --once: exit %d; want 0, every agent archived\n%s%s", code, out, errOut)
+	}
+	requireInBottomLayerOnce(t, stack, agents, entries)
+}
+
+// requireInBottomLayerOnce fails unless each agent's entries 1..entries are in the bottom layer, each
+// exactly once, and no layer above it holds any of the agent's entries.
+func requireInBottomLayerOnce(t *testing.T, stack *oplog.Stack, agents []oplog.AgentID, entries int) {
+	t.Helper()
+	ctx := t.Context()
+	layers := stack.Layers()
+	bottom := layers[len(layers)-1]
+	stranded := 0
+	for _, a := range agents {
+		for _, l := range layers[:len(layers)-1] {
+			if _, ok, err := l.LastIndex(ctx, a, oplog.Ephemeral); err != nil || ok {
+				if err != nil {
+					t.Fatalf("%s: %s: %v", a, l.Name(), err)
+				}
+				stranded++
+				break
+			}
+		}
+		got, err := bottom.Read(ctx, a, oplog.Ephemeral, 1, oplog.Index(entries+5), oplog.ChunkLimit)
+		if err != nil {
+			t.Fatalf("%s: read %s: %v", a, bottom.Name(), err)
+		}
+		if len(got) == 0 {
+			continue // counted stranded above
+		}
+		if len(got) != entries {
+			t.Fatalf("%s: %s holds %d entries, want %d", a, bottom.Name(), len(got), entries)
+		}
+		for i, e := range got {
+			if e.Index != oplog.Index(i+1) || !bytes.Equal(e.Payload, payloadOf(a, i+1)) {
+				t.Fatalf("%s: %s entry %d is %d %q", a, bottom.Name(), i+1, e.Index, e.Payload)
+			}
+		}
+	}
+	if stranded > 0 {
+		t.Fatalf("%d of %d agents still stranded above %s", stranded, len(agents), bottom.Name())
+	}
+}

@@ -1,25 +1,29 @@
-// Command strata is the strata sidecar and its tools:
+// Command strata is the strata sidecar and its tools, one command per file (command_<name>.go):
 //
-//	strata run [--config FILE]                  serve the API and sweep beside an executor
-//	strata sweep --once [--json] [--config FILE] one full sweep from the command line; exits 1 if it failed
-//	strata scan [--mode M] [--layer L]          list the agents a layer holds
-//	strata inspect [--mode M] AGENT             where an agent's entries live, per layer
-//	strata demo [--dir DIR]                     the whole story on embedded SQLite
-//	strata config defaults|check FILE|print     the default file; validate a file; the config in effect
-//	strata bench chaos [--quick]                the chaos benchmark (BENCHMARKS.md)
-//	strata version [--json]                     the build: module version, commit, Go version
-//	strata help [CMD]                           this overview, or one command's synopsis and flags
+//	strata run                        serve the API and sweep beside an executor
+//	strata sweep --once               one full sweep from the command line; exits non-zero unless it archived all it found
+//	strata scan                       list the agents a layer holds
+//	strata inspect AGENT              where an agent's entries live, per layer
+//	strata migrate status|up          the stores' schema versions and pending migrations; apply them
+//	strata demo                       the whole story on embedded SQLite
+//	strata config defaults|check|print the default file; validate a file; the configuration in effect
+//	strata bench chaos                the chaos benchmark (BENCHMARKS.md)
+//	strata version                    the build: module version, commit, Go version
+//	strata completion SHELL           a completion script for bash, zsh, fish or powershell
+//	strata help [CMD]                 the overview, or one command's help
+//
+// Flags go anywhere on the line. Usage errors exit 2 with one message on stderr; a command that fails
+// exits 1.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -28,88 +32,24 @@ import (
 	"github.com/stratalog/strata/internal/redact"
 )
 
-const usage = `strata archives ephemeral oplogs down storage layers by sweeping the layers themselves.
-
-Usage:
-  strata run [--config FILE]                    serve the HTTP API and run the sweep beside an executor
-  strata sweep --once [--json] [--config FILE] [--gap D] [--max-ticks N] [--shards S --shard-count N]
-                                                one full sweep (two passes, --gap apart), then exit; exits 1
-                                                if an archive failed, a key was unreadable, storage failed
-                                                or the sweep did not complete in --max-ticks ticks
-  strata scan [--config FILE] [--json] [--mode M] [--layer L] [--limit N]
-                                                list the agents a layer holds, with their last index;
-                                                exits 1 after the list if any could not be read
-  strata inspect [--config FILE] [--json] [--mode M] AGENT
-                                                each layer's first and last index and entry count for AGENT
-                                                (scan and inspect create nothing: a missing store fails)
-  strata demo [--dir DIR]                       an executor losing teardown drains, the sweep, a verification
-  strata config defaults                        print the default configuration file, every key commented
-  strata config check FILE                      validate FILE (with the STRATA_* variables); exit 1 if bad
-  strata config print [--config FILE]           the configuration in effect, secrets redacted
-  strata bench chaos [--quick] [--postgres URL] [--plot FILE]
-                                                latency injected on PostgreSQL through a proxy: the sweep
-                                                against registration on the commit path; exits non-zero
-                                                if any entry was lost or doubled
-  strata version [--json]                       module version, commit and Go version
-  strata help [CMD]                             this overview, or CMD's synopsis, arguments and flags
-                                                (as CMD -h does)
-
-Usage errors exit 2. Configuration: a TOML file (--config) over the defaults, then STRATA_<SECTION>_<KEY> variables.
-See docs/config.md.
-`
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run dispatches a command line and returns the exit code.
+// run runs a command line and returns the exit code: 0, 1 when the command failed, 2 for a usage
+// error.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+	if args == nil {
+		args = []string{} // cobra reads os.Args for nil
 	}
 	out := &errorSink{w: stderr}
 	ctx, stop := signalContext(out)
 	defer stop()
-	var err error
-	switch args[0] {
-	case "run":
-		err = cmdRun(ctx, args[1:], stderr, out)
-	case "sweep":
-		err = cmdSweep(ctx, args[1:], stdout, stderr, out)
-	case "scan":
-		err = cmdScan(ctx, args[1:], stdout, stderr, out)
-	case "inspect":
-		err = cmdInspect(ctx, args[1:], stdout, stderr, out)
-	case "demo":
-		err = cmdDemo(ctx, args[1:], stdout, stderr)
-	case "config":
-		err = cmdConfig(args[1:], stdout, stderr, out)
-	case "bench":
-		err = cmdBench(ctx, args[1:], stdout, stderr)
-	case "version":
-		err = cmdVersion(args[1:], stdout, stderr)
-	case "help":
-		err = cmdHelp(args[1:], stdout, stderr)
-	case "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "strata: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	var usageErr *usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &usageErr):
-		out.fail(args[0], err)
-		return 2
-	}
-	out.fail(args[0], err)
-	return 1
+	a := &app{stdout: stdout, stderr: stderr, out: out}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	return a.exitCode(cmd, err)
 }
 
 // errorSink is where the process's own messages go (the error it exits with, the drain notice): plain
@@ -136,18 +76,16 @@ func (s *errorSink) notice(line string) {
 	fmt.Fprintln(s.w, redact.String(line))
 }
 
-// fail writes the error the command exits with.
+// fail writes the error command ("sweep", "config print"; "" for strata itself) exits with, as one
+// line (or one JSON log record).
 func (s *errorSink) fail(command string, err error) {
+	name := strings.TrimSpace("strata " + command)
 	if log := s.log.Load(); log != nil {
-		log.Error("strata "+command+" failed", "err", err)
+		log.Error(name+" failed", "err", err)
 		return
 	}
-	fmt.Fprintln(s.w, redact.String("strata "+command+": "+err.Error()))
+	fmt.Fprintln(s.w, redact.String(name+": "+err.Error()))
 }
-
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
 
 // signalContext is cancelled by the first SIGINT or SIGTERM, so that work drains; a second signal exits
 // at once.
@@ -190,4 +128,15 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts)))
 	}
 	return slog.New(redact.Handler(slog.NewTextHandler(w, opts)))
+}
+
+// redactingWriter redacts each write: a storage error a report or a row shows may echo a URL. Every
+// write of the commands that use it is a whole line or more.
+type redactingWriter struct{ w io.Writer }
+
+func (r redactingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(r.w, redact.String(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

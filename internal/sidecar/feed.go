@@ -131,3 +131,27 @@ func (s *Sidecar) SetResident(agents []oplog.AgentID) {
 	}
 	s.feed.setResidency(set)
 }
+
+// Option changes what Open builds.
+type Option func(*options)
+
+type options struct {
+	noExecutor bool
+}
+
+func built(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithoutExecutor builds the sweep for a process that runs beside no executor (strata sweep --once):
+// no agent is resident, and the sweep never stands down for residency, since no feed exists to go
+// stale. The quiet gate and the archive step's bounded drop are what keep a live agent's entries safe
+// then. Without it, a run that outlasts residency.ttl after one SetResident would stand down and
+// leave what it found stranded.
+func WithoutExecutor() Option {
+	return func(o *options) { o.noExecutor = true }
+}

@@ -57,7 +57,7 @@ type Sidecar struct {
 }
 
 // Open opens everything cfg names and builds the sweep over it. Nothing runs until Run.
-func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar, err error) {
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Option) (_ *Sidecar, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -108,14 +108,19 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *Sidecar,
 	}
 	s.checkLayout(ctx, cfg.Stack.CompressedLevels)
 	s.feed = newFeed(cfg.Residency.TTL, s.now)
-	if s.sweeper, err = sweeper.New(cfg.SweeperConfig(), s.stack, sweeper.Options{
+	sweepOpts := sweeper.Options{
 		Residency:        s.feed.isResident,
 		Shards:           s.feed.shards,
 		StandDown:        s.feed.standDown,
 		StandDownReasons: []string{StandDownResidencyStale},
 		MeterProvider:    s.provider,
 		Logger:           log.With("component", "sweep"),
-	}); err != nil {
+	}
+	if built(opts).noExecutor {
+		// No executor: nothing is resident and no feed can go stale.
+		sweepOpts.Residency, sweepOpts.StandDown, sweepOpts.StandDownReasons = nil, nil, nil
+	}
+	if s.sweeper, err = sweeper.New(cfg.SweeperConfig(), s.stack, sweepOpts); err != nil {
 		return nil, err
 	}
 	handler := &schedule.ArchiveHandler{Stack: s.stack, Store: s.schedules}

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
-	"text/tabwriter"
 
-	is "github.com/stratalog/strata/indexedstorage"
-	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 )
 
@@ -25,9 +22,9 @@ func TestSweepFlags_BadValuesAreUsageErrors(t *testing.T) {
 		{[]string{"--shard-count", "20000"}, "shard count 20000, want 0 to 16384"},
 		{[]string{"--gap", "-1s"}, "--gap -1s: want a duration from 0 to 24h"},
 		{[]string{"--gap", "25h"}, "--gap 25h0m0s: want a duration from 0 to 24h"},
-		{[]string{"--gap", "soon"}, `invalid value "soon" for flag -gap`},
+		{[]string{"--gap", "soon"}, `invalid argument "soon" for "--gap" flag`},
 		{[]string{"--max-ticks", "0"}, "--max-ticks 0: want 1 to 1000000"},
-		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
 	} {
 		var out, errOut strings.Builder
 		code := run(append([]string{"sweep", "--once"}, c.args...), &out, &errOut)
@@ -38,6 +35,27 @@ func TestSweepFlags_BadValuesAreUsageErrors(t *testing.T) {
 	var out, errOut strings.Builder
 	if code := run([]string{"scan", "--limit", "-1"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--limit -1") {
 		t.Errorf("scan --limit -1: exit %d, %q; want a usage error", code, errOut.String())
+	}
+}
+
+func TestBinary_SweepOnceArchivesWhatStayedQuietAcrossItsTwoPasses(t *testing.T) {
+	d := newDeployment(t, "", "")
+	stack := d.stack(t)
+	agents := strandAgents(t, stack, 4, 30)
+	code, out, errOut := runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", d.config)
+	if code != 0 || !strings.Contains(out, "archived 4 agents") {
+		t.Fatalf("sweep --once: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := requireWhole(t, stack, agents, 30); got != 4 {
+		t.Fatalf("%d of 4 agents in the blob layer", got)
+	}
+	code, out, _ = runBinary(t, nil, "sweep", "--once", "--json", "--gap", "100ms", "--config", d.config)
+	var line map[string]any
+	if code != 0 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &line) != nil || line["routes"] == nil {
+		t.Fatalf("sweep --once --json: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := runBinary(t, nil, "sweep", "--config", d.config); code != 2 || !strings.Contains(errOut, "--once") {
+		t.Fatalf("sweep without --once: exit %d %s", code, errOut)
 	}
 }
 
@@ -156,6 +174,64 @@ func TestOnceSweep_ASweepThatCannotRunStopsAtOnceWithoutFailing(t *testing.T) {
 	}
 }
 
+// Issue 20, break 1: a stand-down after the sweep ran is a failure, never idleness. (The one-shot no
+// longer stands down for residency at all; a sweep switched off or unassigned under it still may.)
+func TestOnceSweep_AStandDownAfterATickThatRanFailsTheRun(t *testing.T) {
+	for _, down := range []sweeper.Report{{StoodDown: "residency feed is 2m1s old, older than residency.ttl 2m0s"},
+		{Unassigned: true, UnassignedReason: "assignment lease lapsed"}, {Disabled: true}} {
+		o := newOnceSweep(defaultMaxTicks)
+		first := tick("r", 300, true, 0, nil)
+		first.Routes[0].Unarchived = 300
+		if n := observeAll(t, o, first, down, tick("r", 300, true, 0, nil)); n != 2 {
+			t.Fatalf("%+v: stopped after %d ticks; want 2, at the stand-down", down, n)
+		}
+		err := o.err()
+		if o.stopped != stopStoodDown || err == nil || !strings.Contains(err.Error(), "stopped at tick 2 before it completed") ||
+			!strings.Contains(err.Error(), "300 agents it found are still in the layer") {
+			t.Fatalf("%+v: stopped %v, %v; want a failure naming the stand-down and the 300 agents left", down, o.stopped, err)
+		}
+	}
+}
+
+// The one-shot exits non-zero while anything it found stays in the layer: agents still waiting after
+// the second pass (written between the passes), or through the gate and never archived.
+func TestOnceSweep_FailsNamingHowManyAgentsItFoundAndLeftUnarchived(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	first := tick("r", 10, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeWaiting: 10})
+	first.Routes[0].Unarchived = 10
+	second := tick("r", 10, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 7, sweeper.OutcomeWaiting: 3})
+	second.Routes[0].Unarchived = 3
+	if n := observeAll(t, o, first, second); n != 2 || o.stopped != stopDone {
+		t.Fatalf("stopped after %d ticks (%v); want the two passes done", n, o.stopped)
+	}
+	if err := o.err(); err == nil || !strings.Contains(err.Error(), "3 agents it found are still in the layer") {
+		t.Fatalf("err %v; want a failure naming the 3 agents left", err)
+	}
+	if s := o.summary(); !strings.Contains(s, "archived 7 agents in 2 ticks; 3 found and left unarchived") {
+		t.Fatalf("summary %q", s)
+	}
+}
+
+// What counts is what the last tick left, not what earlier ticks had not yet archived.
+func TestOnceSweep_SucceedsWhenTheLastTickLeftNothingFound(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	first := tick("r", 4, true, 0, nil)
+	first.Routes[0].Unarchived = 4
+	second := tick("r", 4, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 4})
+	if observeAll(t, o, first, second); o.stopped != stopDone || o.err() != nil {
+		t.Fatalf("stopped %v, %v; want done without an error", o.stopped, o.err())
+	}
+}
+
+func TestOnceSweep_UntrackedSightingsFailTheRun(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	full := map[sweeper.Outcome]int{sweeper.OutcomeUntracked: 5}
+	observeAll(t, o, tick("r", 10, true, 0, full), tick("r", 10, true, 0, full))
+	if err := o.err(); err == nil || !strings.Contains(err.Error(), "10 sightings went untracked") {
+		t.Fatalf("err %v; want the untracked sightings named", err)
+	}
+}
+
 func TestSummarize_ATickWithErrorsIsNotNothingInTheLayer(t *testing.T) {
 	if s := summarize(tick("r", 0, false, 2, nil)); strings.Contains(s, "nothing in the layer") || !strings.Contains(s, "2 failed storage calls") {
 		t.Fatalf("summary %q; want the failed calls, not nothing in the layer", s)
@@ -165,51 +241,16 @@ func TestSummarize_ATickWithErrorsIsNotNothingInTheLayer(t *testing.T) {
 	}
 }
 
-// scanLayer is tested over a layer whose pages pass over a file and whose last index read fails for
-// one agent; the other methods of oplog.Layer are never called.
-type brokenLayer struct {
-	oplog.Layer
-	pages []is.Page
-}
-
-func (l *brokenLayer) ScanAgents(_ context.Context, _ oplog.Mode, _ oplog.BucketRange, from is.Resume, _ int) (is.Page, error) {
-	if from.IsStart() {
-		return l.pages[0], nil
+// sweep --once sweeps the stores its URL flags name, over the configuration file's.
+func TestBinary_SweepOnceSweepsTheStoresTheFlagsName(t *testing.T) {
+	configured, other := newDeployment(t, "", ""), newDeployment(t, "", "")
+	stack := other.stack(t)
+	agents := strandAgents(t, stack, 3, 4)
+	db, blobs := filepath.Join(other.dir, "strata.db"), filepath.Join(other.dir, "blobs")
+	code, out, errOut := runBinary(t, nil, "sweep", "--once", "--gap", "100ms", "--config", configured.config,
+		"--storage-url", "sqlite://"+db, "--schedule-url", "sqlite://"+db, "--blob-url", "fs://"+blobs)
+	if code != 0 || !strings.Contains(out, "archived 3 agents") {
+		t.Fatalf("sweep --once with URL flags: exit %d\n%s%s", code, out, errOut)
 	}
-	return l.pages[1], nil
-}
-
-func (l *brokenLayer) LastIndex(_ context.Context, a oplog.AgentID, _ oplog.Mode) (oplog.Index, bool, error) {
-	if a.Name == "b" {
-		return 0, false, errors.New("database disk image is malformed")
-	}
-	return 7, true, nil
-}
-
-func TestScanLayer_MarksWhatItCannotReadAndWalksOn(t *testing.T) {
-	layer := &brokenLayer{pages: []is.Page{
-		{Keys: []string{stored("c:a"), stored("c:b")}, Next: is.MarkerResume(stored("c:b")),
-			Unreadable: []is.Unreadable{{Where: "ns-ephemeral~compressed~1/7f7f.db", Err: errors.New("file is not a database")}}},
-		{Keys: []string{stored("c:c")}, Done: true},
-	}}
-	var out strings.Builder
-	n, err := scanLayer(t.Context(), layer, oplog.Ephemeral, 0, &tableRows{tw: tabwriter.NewWriter(&out, 0, 4, 2, ' ', 0)})
-	if err != nil || n != 2 {
-		t.Fatalf("%d unreadable, %v; want 2 and no error", n, err)
-	}
-	for _, row := range []string{"ns-ephemeral~compressed~1/7f7f.db  unreadable: file is not a database", "c:a", "c:b",
-		"unreadable: database disk image is malformed", "c:c"} {
-		if !strings.Contains(out.String(), row) {
-			t.Errorf("output lacks %q:\n%s", row, out.String())
-		}
-	}
-}
-
-// stored is the stored key of the agent with key.
-func stored(key string) string {
-	a, err := oplog.ParseAgentKey(key)
-	if err != nil {
-		panic(err)
-	}
-	return a.StoredKey()
+	requireInBottomLayerOnce(t, stack, agents, 4)
 }

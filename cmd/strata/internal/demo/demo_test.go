@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/stratalog/strata/archive"
-	"github.com/stratalog/strata/internal/demo"
+	"github.com/stratalog/strata/cmd/strata/internal/demo"
 	"github.com/stratalog/strata/internal/s3local"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
