@@ -101,10 +101,13 @@ func layerNamed(stack *oplog.Stack, name string) (oplog.Layer, []string) {
 	return nil, names
 }
 
-// scanLayer writes the agents the layer holds in mode, with their last index, up to limit agents (0:
-// all). What it cannot read, a file the page passed over or an agent whose last index read failed, is a
-// row marked unreadable with the error, and the walk goes on; it returns how many there were. Only a
-// failed page read, which leaves no place to resume from, stops it.
+// scanLayer writes the agents the layer holds in mode, with their last index, up to limit rows (0:
+// all), in key order. A key that is no agent's (no bucket prefix, another bucket's prefix, or outside
+// every bucket's range, where only a foreign writer puts one) is a row marked unparseable with the
+// reason, as the sweep counts it; the ranges outside the buckets are walked where the layer can
+// (oplog.RangeScanner). What it cannot read, a file the page passed over or an agent whose last index
+// read failed, is a row marked unreadable with the error, and the walk goes on; it returns how many
+// there were. Only a failed page read, which leaves no place to resume from, stops it.
 func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, w scanRows) (unreadable int, err error) {
 	defer func() {
 		if ferr := w.flush(); err == nil {
@@ -112,48 +115,64 @@ func scanLayer(ctx context.Context, layer oplog.Layer, m oplog.Mode, limit int, 
 		}
 	}()
 	w.header()
-	n := 0
-	for from := (is.Resume{}); ; {
-		page, err := layer.ScanAgents(ctx, m, oplog.BucketRange{Lo: 0, Hi: oplog.Buckets}, from, 256)
-		if err != nil {
-			return unreadable, err
+	type part func(from is.Resume) (is.Page, error)
+	parts := []part{func(from is.Resume) (is.Page, error) {
+		return layer.ScanAgents(ctx, m, oplog.BucketRange{Lo: 0, Hi: oplog.Buckets}, from, 256)
+	}}
+	if rs, ok := layer.(oplog.RangeScanner); ok {
+		outside := oplog.OutsideBuckets() // below the first bucket, and above the last
+		parts = []part{
+			func(from is.Resume) (is.Page, error) { return rs.ScanRange(ctx, m, outside[0], from, 256) },
+			parts[0],
+			func(from is.Resume) (is.Page, error) { return rs.ScanRange(ctx, m, outside[1], from, 256) },
 		}
-		for _, u := range page.Unreadable {
-			where := u.Where
-			if where == "" {
-				where = u.Key
-			}
-			w.unreadable(where, fmt.Sprint(u.Err))
-			unreadable++
-		}
-		for _, key := range page.Keys {
-			// An agent is listed by its own key; a stored key that is no agent's, as it is stored.
-			a, err := oplog.ParseStoredKey(key)
-			if err != nil {
-				w.agent(key, nil)
-			} else if idx, ok, err := layer.LastIndex(ctx, a, m); err != nil {
-				w.unreadable(a.Key(), err.Error())
-				unreadable++
-			} else if ok {
-				w.agent(a.Key(), &idx)
-			} else {
-				w.agent(a.Key(), nil)
-			}
-			if n++; limit > 0 && n >= limit {
-				return unreadable, nil
-			}
-		}
-		if page.Done {
-			return unreadable, nil
-		}
-		from = page.Next
 	}
+	n := 0
+	for _, scan := range parts {
+		for from := (is.Resume{}); ; {
+			page, err := scan(from)
+			if err != nil {
+				return unreadable, err
+			}
+			for _, u := range page.Unreadable {
+				where := u.Where
+				if where == "" {
+					where = u.Key
+				}
+				w.unreadable(where, fmt.Sprint(u.Err))
+				unreadable++
+			}
+			for _, key := range page.Keys {
+				// An agent is listed by its own key; a stored key that is no agent's, as it is stored.
+				a, err := oplog.ParseStoredKey(key)
+				if err != nil {
+					w.unparseable(key, err.Error())
+				} else if idx, ok, err := layer.LastIndex(ctx, a, m); err != nil {
+					w.unreadable(a.Key(), err.Error())
+					unreadable++
+				} else if ok {
+					w.agent(a.Key(), &idx)
+				} else {
+					w.agent(a.Key(), nil)
+				}
+				if n++; limit > 0 && n >= limit {
+					return unreadable, nil
+				}
+			}
+			if page.Done {
+				break
+			}
+			from = page.Next
+		}
+	}
+	return unreadable, nil
 }
 
 // scanRows is how scan writes its rows: a table, or JSON lines.
 type scanRows interface {
 	header()
-	agent(key string, last *oplog.Index) // last is nil when the agent holds no entry (or the key is not an agent's)
+	agent(key string, last *oplog.Index) // last is nil when the agent holds no entry
+	unparseable(key, why string)         // a stored key that is no agent's; the sweep never archives it
 	unreadable(where, err string)
 	flush() error
 }
@@ -168,6 +187,9 @@ func (t *tableRows) agent(key string, last *oplog.Index) {
 	}
 	fmt.Fprintf(t.tw, "%s\t%s\n", key, shown)
 }
+func (t *tableRows) unparseable(key, why string) {
+	fmt.Fprintf(t.tw, "%s\tunparseable: %s\n", key, why)
+}
 func (t *tableRows) unreadable(where, err string) {
 	fmt.Fprintf(t.tw, "%s\tunreadable: %s\n", where, err)
 }
@@ -178,6 +200,9 @@ type jsonRows struct{ enc *json.Encoder }
 func (j jsonRows) header() {}
 func (j jsonRows) agent(key string, last *oplog.Index) {
 	_ = j.enc.Encode(map[string]any{"agent": key, "last_index": last})
+}
+func (j jsonRows) unparseable(key, why string) {
+	_ = j.enc.Encode(map[string]any{"agent": key, "last_index": nil, "unparseable": why})
 }
 func (j jsonRows) unreadable(where, err string) {
 	_ = j.enc.Encode(map[string]any{"agent": where, "unreadable": redact.String(err)})

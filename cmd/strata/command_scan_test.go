@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends/memory"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
@@ -181,4 +183,48 @@ func stored(key string) string {
 		panic(err)
 	}
 	return a.StoredKey()
+}
+
+// A key no agent is stored under is listed as unparseable, in key order with the agents, wherever it
+// sorts: inside a bucket's range with another bucket's prefix, below the first bucket, above the last,
+// as the sweep counts it. Before, the keys outside every bucket's range were not listed at all.
+func TestScanLayer_ListsKeysThatAreNoAgentsWhereverTheySort(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	layer, err := archive.NewCompressed(st, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := oplog.AgentID{Component: "c", Name: "a"}
+	if err := layer.Append(t.Context(), agent, oplog.Ephemeral, []oplog.Entry{{Index: 1, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	ns := oplog.CompressedNamespace(oplog.Ephemeral, 1)
+	foreign := []string{"-below-every-bucket", "0000/c:a", "4001/c:a", "nobucket"}
+	for _, key := range foreign {
+		if err := st.Append(t.Context(), ns, key, 7, []byte("foreign")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	unreadable, err := scanLayer(t.Context(), layer, oplog.Ephemeral, 0, jsonRows{enc: json.NewEncoder(&out)})
+	if err != nil || unreadable != 0 {
+		t.Fatalf("scanLayer: %d unreadable, %v", unreadable, err)
+	}
+	want := []string{
+		`{"agent":"-below-every-bucket","last_index":null,"unparseable":"`,
+		`{"agent":"0000/c:a","last_index":null,"unparseable":"`,
+		`{"agent":"c:a","last_index":1}`,
+		`{"agent":"4001/c:a","last_index":null,"unparseable":"`,
+		`{"agent":"nobucket","last_index":null,"unparseable":"`,
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("scan listed %d rows, want %d:\n%s", len(lines), len(want), out.String())
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("row %d: %s\nwant %s…", i+1, lines[i], w)
+		}
+	}
 }
