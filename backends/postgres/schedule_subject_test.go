@@ -32,7 +32,16 @@ func holdSubjectLock(t *testing.T, schema, subject string) (release func()) {
 	if _, err := conn.Exec(t.Context(), "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
 		t.Fatal(err)
 	}
-	return func() { conn.Close(context.Background()) }
+	// Unlocked before the connection closes: a closed connection's locks go when its server process
+	// ends, which the client does not wait for, so a claim made right after could still find the lock
+	// held (1 run in 10 did).
+	return func() {
+		defer conn.Close(context.Background())
+		var unlocked bool
+		if err := conn.QueryRow(context.Background(), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key).Scan(&unlocked); err != nil || !unlocked {
+			t.Fatalf("releasing the advisory lock of %s: %v (held: %v)", subject, err, unlocked)
+		}
+	}
 }
 
 // The claim's per-agent serialization, forced: while another session holds agent x's lock (a claimer
