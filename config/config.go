@@ -82,6 +82,10 @@ type HTTP struct {
 	Listen       string `toml:"listen"`
 	Token        string `toml:"token"`          // a secret: never echoed in an error
 	MaxBodyBytes int64  `toml:"max_body_bytes"` // for http.MaxBytesReader
+	// BodyTimeout bounds how long a request's body may take to arrive, from when its handler starts
+	// reading it; IdleTimeout how long a kept-alive connection may wait for its next request.
+	BodyTimeout time.Duration `toml:"body_timeout"`
+	IdleTimeout time.Duration `toml:"idle_timeout"`
 }
 
 // Residency is [residency]: the residency feed.
@@ -127,7 +131,8 @@ func Default() Config {
 			DurableMaxArchivesPerTick: sw.DurableMaxArchivesPerTick,
 			DurableMaxScannedPerTick:  sw.DurableMaxScannedPerTick,
 		},
-		HTTP:      HTTP{Listen: "127.0.0.1:9464", MaxBodyBytes: 1 << 20},
+		HTTP: HTTP{Listen: "127.0.0.1:9464", MaxBodyBytes: 1 << 20,
+			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
 		Residency: Residency{TTL: 2 * time.Minute},
 		Log:       Log{Level: "info", Format: "text"},
 	}
