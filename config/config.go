@@ -51,6 +51,7 @@ type Schedule struct {
 	Concurrency     int           `toml:"concurrency"`
 	MaxAttempts     int           `toml:"max_attempts"`
 	PollInterval    time.Duration `toml:"poll_interval"`
+	MetricsInterval time.Duration `toml:"metrics_interval"` // schedule.Config.MetricsInterval
 }
 
 // Stack is [stack]: the shape of the layer stack.
@@ -112,6 +113,7 @@ func Default() Config {
 			Concurrency:     schedule.DefaultConcurrency,
 			MaxAttempts:     schedule.DefaultMaxAttempts,
 			PollInterval:    schedule.DefaultPollInterval,
+			MetricsInterval: schedule.DefaultMetricsInterval,
 		},
 		Stack: Stack{CompressedLevels: 1},
 		Sweep: Sweep{
@@ -197,12 +199,13 @@ func (c Config) ScheduleConfig(owner string) schedule.Config {
 		grace = -1 // 0 cancels at once here; in schedule.Config it would mean the default
 	}
 	return schedule.Config{
-		Owner:         owner,
-		PollInterval:  s.PollInterval,
-		Lease:         s.Lease,
-		Concurrency:   s.Concurrency,
-		MaxAttempts:   s.MaxAttempts,
-		ShutdownGrace: grace,
+		Owner:           owner,
+		PollInterval:    s.PollInterval,
+		Lease:           s.Lease,
+		Concurrency:     s.Concurrency,
+		MaxAttempts:     s.MaxAttempts,
+		ShutdownGrace:   grace,
+		MetricsInterval: s.MetricsInterval,
 	}
 }
 

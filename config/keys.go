@@ -44,6 +44,12 @@ var sections = []section{
 				rule: intWithin(schedule.MaxAttemptsRange)},
 			{name: "poll_interval", doc: "How often the scheduler looks for due rows while it has free slots.",
 				rule: durationWithin(schedule.PollIntervalRange)},
+			{name: "metrics_interval", doc: "How often the scheduler counts the table's rows for its gauges " +
+				"(oplog_schedule_pending_rows, _due_rows, _oldest_due_wait_seconds), in the background: /metrics " +
+				"serves the last count and never waits on the store. Each count is cut after this or 5s, whichever " +
+				"is shorter, and oplog_schedule_row_counts_failed and _age_seconds say when counts fail. The " +
+				"default, 15s, is Prometheus' usual scrape interval: one count of the table per sidecar per " +
+				"scrape, as when each scrape counted.", rule: durationWithin(schedule.MetricsIntervalRange)},
 		}},
 	{name: "stack", doc: "The shape of the layer stack.",
 		keys: []spec{

@@ -167,7 +167,7 @@ func TestServe_EveryRequestBodyHasADeadline(t *testing.T) {
 	}{
 		{"PUT", "/v1/assignment", `{"shard_count":1,`, http.StatusRequestTimeout},
 		{"PUT", "/v1/residency", `{"agents":[`, http.StatusRequestTimeout},
-		{"POST", "/v1/sweep", `{`, http.StatusOK},            // does not read its body: the server drains it after
+		{"POST", "/v1/sweep", `{`, http.StatusOK},             // does not read its body: the server drains it after
 		{"PUT", "/v1/nothing-here", `{`, http.StatusNotFound}, // likewise
 	} {
 		t.Run(c.method+c.path, func(t *testing.T) {
