@@ -165,7 +165,7 @@ func TestDeploy_AlertsAndDashboardNameOnlyMetricsAStartedSidecarExports(t *testi
 	}
 }
 
-func TestDeploy_MetricsShowZeroCountersRuntimeAndBuildInfoAtStartAndSecondBuckets(t *testing.T) {
+func TestDeploy_MetricsShowZeroCountersTheTickHistogramRuntimeAndBuildInfoAtStartAndSecondBuckets(t *testing.T) {
 	atStart, afterSweeps := scrapeStarted(t)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^oplog_sweep_truncated_total\{reason="deadline"\} 0$`),
@@ -177,6 +177,9 @@ func TestDeploy_MetricsShowZeroCountersRuntimeAndBuildInfoAtStartAndSecondBucket
 		regexp.MustCompile(`(?m)^go_goroutines [0-9]`),
 		regexp.MustCompile(`(?m)^process_resident_memory_bytes [0-9]`),
 		regexp.MustCompile(`(?m)^strata_build_info\{[^}]*version="[^"]+"[^}]*\} 1$`),
+		// The tick histogram before the first tick: every bucket at 0, no tick counted.
+		regexp.MustCompile(`(?m)^oplog_sweep_tick_seconds_bucket\{le="0\.0005"\} 0$`),
+		regexp.MustCompile(`(?m)^oplog_sweep_tick_seconds_count 0$`),
 		// The start-up look at the stores: calls counted, on second buckets, from the start (where
 		// each call lands is timing, left to the 2 ms tests of the instruments).
 		regexp.MustCompile(`(?m)^strata_storage_operation_duration_seconds_bucket\{[^}]*le="0\.005"[^}]*\} [0-9]`),
