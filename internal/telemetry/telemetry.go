@@ -13,11 +13,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	promversion "github.com/prometheus/common/version"
 	"go.opentelemetry.io/otel"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -28,8 +31,9 @@ import (
 
 // New returns a meter provider whose instruments are exported on a fresh registry, and the handler
 // that serves that registry in the Prometheus exposition format. The registry also holds go_*
-// (runtime), process_* (resident memory, CPU, open files) and strata_build_info{version,commit,go_version}
-// = 1, so a scrape right after start-up already shows which build runs and how it is doing; and the
+// (runtime), process_* (resident memory, CPU, open files) and strata_build_info = 1 with the labels
+// every Prometheus project's build_info has (buildInfo), so a scrape right after start-up already
+// shows which build runs and how it is doing; and the
 // histograms of zeroUntilObserved are shown at zero from their creation (startupHistograms).
 func New() (*sdkmetric.MeterProvider, http.Handler, error) {
 	registry := prometheus.NewRegistry()
@@ -104,25 +108,42 @@ func (g *startupHistograms) Gather() ([]*dto.MetricFamily, error) {
 }
 
 func register(registry *prometheus.Registry) error {
-	info := version.Get()
-	commit := info.Commit
-	if commit != "" && info.Modified {
-		commit += "-modified"
-	}
-	build := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "strata_build_info",
-		Help:        "Always 1; its labels name the running build: module version, VCS commit (-modified for a dirty tree), Go version.",
-		ConstLabels: prometheus.Labels{"version": info.Version, "commit": commit, "go_version": info.GoVersion},
-	})
-	build.Set(1)
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		build,
+		buildInfo(),
 	} {
 		if err := registry.Register(c); err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
 	return nil
+}
+
+// buildInfo is strata_build_info from client_golang's version collector, so its labels are the
+// standard ones (version, revision, branch, goversion, goos, goarch, tags) with that collector's
+// HELP. The collector reads prometheus/common/version's variables, which Prometheus' own builds set at
+// link time; strata's come from internal/version (the module version or the release's, the commit
+// with -modified for a dirty tree, the branch deploy/build.sh names), set once here. A value the
+// build did not record reads "unknown", as the collector's own revision and tags do.
+func buildInfo() prometheus.Collector {
+	setBuildVariables()
+	return versioncollector.NewCollector("strata")
+}
+
+var setBuildVariables = sync.OnceFunc(func() {
+	info := version.Get()
+	promversion.Version = info.Version
+	promversion.Revision = orUnknown(info.Revision())
+	promversion.Branch = orUnknown(info.Branch)
+	if info.GoVersion != "" {
+		promversion.GoVersion = info.GoVersion
+	}
+})
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

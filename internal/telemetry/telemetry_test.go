@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -45,10 +46,28 @@ func TestNew_RuntimeProcessAndBuildInfoFromTheStart(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no strata_build_info 1 in:\n%.3000s", text)
 	}
-	for _, label := range []string{`version="` + info.Version + `"`, `go_version="` + info.GoVersion + `"`, `commit="`} {
-		if !strings.Contains(m[1], label) {
-			t.Errorf("strata_build_info{%s} lacks %s", m[1], label)
+	labels := map[string]string{}
+	for _, kv := range regexp.MustCompile(`(\w+)="([^"]*)"`).FindAllStringSubmatch(m[1], -1) {
+		labels[kv[1]] = kv[2]
+	}
+	revision := info.Revision()
+	if revision == "" {
+		revision = "unknown"
+	}
+	// The labels of client_golang's version collector (prometheus/common/version), every one of them
+	// and no other, with this build's values.
+	want := map[string]string{"version": info.Version, "revision": revision, "branch": "unknown",
+		"goversion": runtime.Version(), "goos": runtime.GOOS, "goarch": runtime.GOARCH}
+	for name, v := range want {
+		if got, ok := labels[name]; !ok || got != v {
+			t.Errorf("strata_build_info{%s}: %s=%q (present %v), want %q", m[1], name, got, ok, v)
 		}
+	}
+	if _, ok := labels["tags"]; !ok || len(labels) != len(want)+1 {
+		t.Errorf("strata_build_info{%s}: want exactly the labels version, revision, branch, goversion, goos, goarch, tags", m[1])
+	}
+	if !strings.Contains(text, "# HELP strata_build_info A metric with a constant '1' value labeled by version, revision, branch, goversion") {
+		t.Errorf("strata_build_info does not have the version collector's HELP:\n%s", grep(text, "strata_build_info"))
 	}
 }
 
