@@ -80,7 +80,7 @@ func newInstruments(mp metric.MeterProvider, s *Scheduler) (*instruments, error)
 		return nil, err
 	}
 	age, err := meter.Float64ObservableGauge("oplog_schedule_row_counts_age", metric.WithUnit("s"),
-		metric.WithDescription("How long ago the scheduled-row gauges were counted (since the scheduler started, while no count has succeeded). They are counted in the background every schedule.metrics_interval; growing means the schedule store does not answer."))
+		metric.WithDescription("How long ago the scheduled-row gauges were counted (since the scheduler started, while no count has succeeded). They are counted in the background every MetricsInterval (the sidecar's schedule.metrics_interval); growing means the schedule store does not answer."))
 	if err != nil {
 		return nil, err
 	}
