@@ -134,7 +134,8 @@ func TestServe_ASlowResidencyClientNeverKeepsTheExecutorsPUTOut(t *testing.T) {
 	waitFor(t, "the slow PUT holds the residency feed", func() bool { return len(s.residencyTurn) > 0 })
 
 	resident := oplog.AgentID{Component: "shop", Name: "resident"}
-	executor := &http.Client{Timeout: 2*testBodyTimeout + margin}
+	// It waits for the slow PUT, which its body deadline cuts: one body deadline at most, plus margin.
+	executor := &http.Client{Timeout: testBodyTimeout + margin}
 	req, err := http.NewRequest("PUT", "http://"+addr+"/v1/residency", strings.NewReader(`{"agents":["shop:resident"]}`))
 	if err != nil {
 		t.Fatal(err)
