@@ -165,9 +165,6 @@ func TestPodMonitor_SelectsTheStrataPodAndPort(t *testing.T) {
 	if ep.Port == "" || named != port {
 		t.Errorf("the PodMonitor scrapes port %q, which is container port %d; strata listens on %d (name the port it listens on)", ep.Port, named, port)
 	}
-	if ep.TargetPort != nil {
-		t.Errorf("the PodMonitor sets the deprecated targetPort; name the port instead")
-	}
 	annotations := d.Spec.Template.Annotations
 	if ep.Path != annotations["prometheus.io/path"] {
 		t.Errorf("the PodMonitor scrapes path %q, the annotations %q", ep.Path, annotations["prometheus.io/path"])
