@@ -13,9 +13,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-ARG VERSION=""
+# The context has no .git: name the commit and branch for strata_build_info (--build-arg
+# REVISION="$(git rev-parse HEAD)" --build-arg BRANCH="$(git branch --show-current)"), else "unknown".
+ARG VERSION="" REVISION="" BRANCH=""
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    STRATA_VERSION="$VERSION" sh deploy/build.sh /out/strata \
+    STRATA_VERSION="$VERSION" STRATA_REVISION="$REVISION" STRATA_BRANCH="$BRANCH" sh deploy/build.sh /out/strata \
  && mkdir -p /out/state
 
 FROM gcr.io/distroless/base-debian12:nonroot

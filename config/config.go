@@ -51,6 +51,7 @@ type Schedule struct {
 	Concurrency     int           `toml:"concurrency"`
 	MaxAttempts     int           `toml:"max_attempts"`
 	PollInterval    time.Duration `toml:"poll_interval"`
+	MetricsInterval time.Duration `toml:"metrics_interval"` // schedule.Config.MetricsInterval
 }
 
 // Stack is [stack]: the shape of the layer stack.
@@ -82,6 +83,10 @@ type HTTP struct {
 	Listen       string `toml:"listen"`
 	Token        string `toml:"token"`          // a secret: never echoed in an error
 	MaxBodyBytes int64  `toml:"max_body_bytes"` // for http.MaxBytesReader
+	// BodyTimeout bounds how long a request's body may take to arrive, from when its handler starts
+	// reading it; IdleTimeout how long a kept-alive connection may wait for its next request.
+	BodyTimeout time.Duration `toml:"body_timeout"`
+	IdleTimeout time.Duration `toml:"idle_timeout"`
 }
 
 // Residency is [residency]: the residency feed.
@@ -108,6 +113,7 @@ func Default() Config {
 			Concurrency:     schedule.DefaultConcurrency,
 			MaxAttempts:     schedule.DefaultMaxAttempts,
 			PollInterval:    schedule.DefaultPollInterval,
+			MetricsInterval: schedule.DefaultMetricsInterval,
 		},
 		Stack: Stack{CompressedLevels: 1},
 		Sweep: Sweep{
@@ -127,7 +133,8 @@ func Default() Config {
 			DurableMaxArchivesPerTick: sw.DurableMaxArchivesPerTick,
 			DurableMaxScannedPerTick:  sw.DurableMaxScannedPerTick,
 		},
-		HTTP:      HTTP{Listen: "127.0.0.1:9464", MaxBodyBytes: 1 << 20},
+		HTTP: HTTP{Listen: "127.0.0.1:9464", MaxBodyBytes: 1 << 20,
+			BodyTimeout: DefaultBodyTimeout, IdleTimeout: DefaultIdleTimeout},
 		Residency: Residency{TTL: 2 * time.Minute},
 		Log:       Log{Level: "info", Format: "text"},
 	}
@@ -192,12 +199,13 @@ func (c Config) ScheduleConfig(owner string) schedule.Config {
 		grace = -1 // 0 cancels at once here; in schedule.Config it would mean the default
 	}
 	return schedule.Config{
-		Owner:         owner,
-		PollInterval:  s.PollInterval,
-		Lease:         s.Lease,
-		Concurrency:   s.Concurrency,
-		MaxAttempts:   s.MaxAttempts,
-		ShutdownGrace: grace,
+		Owner:           owner,
+		PollInterval:    s.PollInterval,
+		Lease:           s.Lease,
+		Concurrency:     s.Concurrency,
+		MaxAttempts:     s.MaxAttempts,
+		ShutdownGrace:   grace,
+		MetricsInterval: s.MetricsInterval,
 	}
 }
 

@@ -29,6 +29,7 @@ var samples = map[string]any{
 	"schedule.concurrency":                16,
 	"schedule.max_attempts":               9,
 	"schedule.poll_interval":              250 * time.Millisecond,
+	"schedule.metrics_interval":           time.Minute,
 	"stack.compressed_levels":             3,
 	"sweep.enabled":                       false,
 	"sweep.interval":                      15 * time.Second,
@@ -47,6 +48,8 @@ var samples = map[string]any{
 	"http.listen":                         "[::1]:9999",
 	"http.token":                          "s3cret-Token_1",
 	"http.max_body_bytes":                 4096,
+	"http.body_timeout":                   30 * time.Second,
+	"http.idle_timeout":                   5 * time.Minute,
 	"residency.ttl":                       5 * time.Minute,
 	"log.level":                           "debug",
 	"log.format":                          "json",
@@ -62,6 +65,7 @@ var disallowed = map[string][]any{
 	"schedule.concurrency":                {0, -1, 1025, math.MaxInt},
 	"schedule.max_attempts":               {0, 1001},
 	"schedule.poll_interval":              {time.Duration(0), -time.Millisecond, 9 * time.Millisecond, 61 * time.Minute},
+	"schedule.metrics_interval":           {time.Duration(0), -time.Second, 999 * time.Millisecond, time.Hour + 1},
 	"stack.compressed_levels":             {0, 9, -1},
 	"sweep.interval":                      {-time.Millisecond, 25 * time.Hour},
 	"sweep.page_size":                     {0, -3, 10_001},
@@ -79,6 +83,8 @@ var disallowed = map[string][]any{
 	"http.listen":                         {"9464", "localhost", "127.0.0.1:99999", "127.0.0.1:http", ""},
 	"http.token":                          {"two words", "tab\there", "ünïcode"},
 	"http.max_body_bytes":                 {0, -1, 255, 1<<30 + 1},
+	"http.body_timeout":                   {time.Duration(0), -time.Second, 999 * time.Millisecond, 10*time.Minute + 1},
+	"http.idle_timeout":                   {time.Duration(0), -time.Second, 999 * time.Millisecond, time.Hour + 1},
 	"residency.ttl":                       {time.Duration(0), -2 * time.Minute, 999 * time.Millisecond, 25 * time.Hour},
 	"log.level":                           {"verbose", "INFO", ""},
 	"log.format":                          {"yaml", "JSON"},
@@ -498,7 +504,7 @@ func TestEnv_UnknownKeyUnderAKnownSectionIsRejected(t *testing.T) {
 			"max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, durable_min_idle, " +
 			"durable_max_archives_per_tick, durable_max_scanned_per_tick",
 		"STRATA_LOG_COLOR=1":  `STRATA_LOG_COLOR: [log] has no key "color": want STRATA_LOG_<KEY> with a key of level, format`,
-		"STRATA_HTTP=x":       `STRATA_HTTP: [http] has no key "": want STRATA_HTTP_<KEY> with a key of listen, token, max_body_bytes`,
+		"STRATA_HTTP=x":       `STRATA_HTTP: [http] has no key "": want STRATA_HTTP_<KEY> with a key of listen, token, max_body_bytes, body_timeout, idle_timeout`,
 		"STRATA_RESIDENCY_=x": `STRATA_RESIDENCY_: [residency] has no key "": want STRATA_RESIDENCY_<KEY> with a key of ttl`,
 	} {
 		_, err := Parse(nil, []string{variable})

@@ -44,6 +44,12 @@ var sections = []section{
 				rule: intWithin(schedule.MaxAttemptsRange)},
 			{name: "poll_interval", doc: "How often the scheduler looks for due rows while it has free slots.",
 				rule: durationWithin(schedule.PollIntervalRange)},
+			{name: "metrics_interval", doc: "How often the scheduler counts the table's rows for its gauges " +
+				"(oplog_schedule_pending_rows, _due_rows, _oldest_due_wait_seconds), in the background: /metrics " +
+				"serves the last count and never waits on the store. Each count is cut after this or 5s, whichever " +
+				"is shorter, and oplog_schedule_row_counts_failed and _age_seconds say when counts fail. The " +
+				"default, 15s, is Prometheus' usual scrape interval: one count of the table per sidecar per " +
+				"scrape, as when each scrape counted.", rule: durationWithin(schedule.MetricsIntervalRange)},
 		}},
 	{name: "stack", doc: "The shape of the layer stack.",
 		keys: []spec{
@@ -100,6 +106,18 @@ var sections = []section{
 				"http.listen is not a loopback address.",
 				rule: bearerToken, secret: true},
 			{name: "max_body_bytes", doc: "Largest request body accepted.", unit: "bytes", rule: intWithin(maxBodyBytes)},
+			{name: "body_timeout", doc: "How long a request's body may take to arrive, from the moment its handler starts " +
+				"reading it: a client that stalls or trickles past it gets 408 and its connection is closed, so it " +
+				"costs nothing but itself. A PUT /v1/residency arriving while another is read waits its turn for up " +
+				"to twice this (then 409: retry), so this also bounds how long a slow client can hold the residency " +
+				"feed: keep it well under residency.ttl. The default, 10s, takes a full 1 MiB body (max_body_bytes) " +
+				"at under 1 Mbit/s, and a PUT waiting behind a stalled one (20s at most) stays far inside " +
+				"residency.ttl's default of 2m.", rule: durationWithin(bodyTimeout)},
+			{name: "idle_timeout", doc: "How long a kept-alive connection may wait for its next request before the " +
+				"server closes it. The default, 2m, outlasts the 90s after which Go's HTTP client drops its own idle " +
+				"connections (so a Go executor's client closes first, never while sending) and keeps a scraper's " +
+				"connection from one scrape to the next at the usual 15s to 1m intervals; idle connections of " +
+				"clients that vanished are gone two minutes later.", rule: durationWithin(idleTimeout)},
 		}},
 	{name: "residency", doc: "The residency feed (PUT /v1/residency): the executor's full resident set, which the sweep " +
 		"trusts to skip agents that are in memory.",
@@ -123,6 +141,19 @@ var (
 	// residencyTTL: under a second the executor would have to send its whole resident set faster than
 	// the sweep ticks, or the sweep stands down; a feed a day old says nothing about what runs now.
 	residencyTTL = sweeper.Range[time.Duration]{Min: time.Second, Max: 24 * time.Hour}
+	// bodyTimeout: under a second, a full body could miss it on a busy node (a GC pause, a CPU-starved
+	// container); over 10 minutes one slow client would hold the residency feed past any useful
+	// residency.ttl.
+	bodyTimeout = sweeper.Range[time.Duration]{Min: time.Second, Max: 10 * time.Minute}
+	// idleTimeout: under a second keep-alive is lost between a client's requests (every scrape and PUT
+	// would reconnect); over an hour the connections of clients that vanished pile up.
+	idleTimeout = sweeper.Range[time.Duration]{Min: time.Second, Max: time.Hour}
+)
+
+// The defaults of http.body_timeout and http.idle_timeout; the key table says why these.
+const (
+	DefaultBodyTimeout = 10 * time.Second
+	DefaultIdleTimeout = 2 * time.Minute
 )
 
 // section is one [table] of the file.

@@ -8,12 +8,24 @@
 #   -trimpath       no build machine paths in the binary
 #   -ldflags -s -w  no symbol table or DWARF (the module's build info, read by `strata version`, stays)
 #   STRATA_VERSION  optional: a release's version, linked in as internal/version.Override
+#   STRATA_BRANCH   optional: the branch, linked in as internal/version.Branch (strata_build_info's
+#                   branch label); by default git's current branch, when there is a git checkout
+#   STRATA_REVISION optional: the commit, linked in as internal/version.Commit for a build without
+#                   .git (the Docker context); with .git the toolchain records it itself
 set -eu
 cd "$(dirname "$0")/.."
 out="${1:-strata}"
 ldflags="-s -w"
+pkg=github.com/stratalog/strata/internal/version
 if [ -n "${STRATA_VERSION:-}" ]; then
-	ldflags="$ldflags -X github.com/stratalog/strata/internal/version.Override=$STRATA_VERSION"
+	ldflags="$ldflags -X $pkg.Override=$STRATA_VERSION"
+fi
+branch="${STRATA_BRANCH:-$(git rev-parse --abbrev-ref HEAD 2>/dev/null || true)}"
+if [ -n "$branch" ] && [ "$branch" != HEAD ]; then # HEAD: a detached checkout names no branch
+	ldflags="$ldflags -X $pkg.Branch=$branch"
+fi
+if [ -n "${STRATA_REVISION:-}" ]; then
+	ldflags="$ldflags -X $pkg.Commit=$STRATA_REVISION"
 fi
 export CGO_ENABLED=1
 set -x

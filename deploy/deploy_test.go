@@ -572,6 +572,14 @@ func TestManifest_StrataServesProbesWithoutToken(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "# TYPE ") {
 		t.Errorf("the scrape, GET /metrics without a token: %d, want 200 with an exposition:\n%.500s", code, body)
 	}
+	// build.sh names the branch, which the toolchain does not record, for strata_build_info.
+	if out, err := exec.Command("git", "rev-parse", "--abbrev-ref", "HEAD").Output(); err == nil {
+		if branch := strings.TrimSpace(string(out)); branch != "HEAD" &&
+			!regexp.MustCompile(`(?m)^strata_build_info\{[^}]*branch="`+regexp.QuoteMeta(branch)+`"`).MatchString(body) {
+			t.Errorf("strata_build_info does not name the branch %q build.sh built from:\n%s", branch,
+				regexp.MustCompile(`(?m)^strata_build_info.*$`).FindString(body))
+		}
+	}
 
 	assignment := `{"shard_count":1,"shards":[0],"lease_seconds":0}`
 	if code, body := get("PUT", "/v1/assignment", "", assignment); code != http.StatusUnauthorized {

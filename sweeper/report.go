@@ -223,7 +223,9 @@ func (s *Sweeper) logStandDown(rep Report) {
 // oplog_sweep_outcome_total{route,outcome}, oplog_sweep_tick_seconds (buckets of internal/latency),
 // oplog_sweep_truncated_total{reason}, oplog_sweep_moved_entries_total{route},
 // oplog_sweep_tracked_agents, oplog_sweep_deadline_hits, oplog_sweep_standing_down{reason} and
-// oplog_sweep_tick_age_seconds. Every route × outcome, route and reason is present at 0 from New.
+// oplog_sweep_tick_age_seconds. Every route × outcome, route and reason is present at 0 from New. The
+// tick histogram has no data point before the first tick that runs (OpenTelemetry exports none without
+// a measurement); the sidecar's exporter shows it at zero until then (internal/telemetry).
 type instruments struct {
 	outcome   metric.Int64Counter
 	tick      metric.Float64Histogram

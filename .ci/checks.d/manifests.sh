@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CI check of the deployment files, offline:
 #   1. kubectl-validate against its built-in Kubernetes schemas on every manifest in deploy/ (not
-#      deploy/prometheus or deploy/grafana, which are not Kubernetes objects);
+#      deploy/prometheus or deploy/grafana, which are not Kubernetes objects, nor
+#      deploy/prometheus-operator, whose PodMonitor and PrometheusRule are CRDs the built-in schemas
+#      do not have: deploy/operator_test.go decodes them strictly with the operator's Go types);
 #   2. deploy/'s own Go module: the manifest against what strata listens on (probes, scrape, token,
 #      volumes, securityContext), the Dockerfile building through deploy/build.sh, and the binary
 #      build.sh builds started with the manifest's configuration;

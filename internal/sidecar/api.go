@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -31,7 +32,8 @@ import (
 // The write endpoints and GET /v1/status take a bearer token when one is configured (always, when the
 // listener is not a loopback address); the probes and /metrics never do. Bodies are JSON
 // (Content-Type application/json, or none: anything else is 415, so that a browser's form post cannot
-// reach them) limited to http.max_body_bytes. A request must name a loopback host (localhost,
+// reach them) limited to http.max_body_bytes, and must arrive within http.body_timeout (408 after
+// it). A request must name a loopback host (localhost,
 // 127.0.0.0/8, ::1) or the listener's own in its Host header, else 421: a page whose name an attacker
 // rebinds to 127.0.0.1 cannot reach a token-less sidecar (a wildcard listener has no Host check).
 func (s *Sidecar) Handler() http.Handler {
@@ -45,7 +47,29 @@ func (s *Sidecar) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/residency", s.write(s.putResidency))
 	mux.HandleFunc("POST /v1/sweep", s.write(s.postSweep))
 	mux.HandleFunc("GET /v1/status", s.authorized(s.getStatus))
-	return s.hostCheck(mux)
+	return s.bodyDeadline(s.hostCheck(mux))
+}
+
+// bodyDeadline gives a request with a body http.body_timeout to deliver it, counted from when its
+// handling starts: a client that trickles its body, or stops sending it, has its reads fail once the
+// deadline passes (408, and the server closes the connection), instead of holding a handler for as
+// long as it keeps sending. It wraps everything, so a body sent to a path that does not exist (which
+// the server drains before reusing the connection) is bounded too. A request without a body has no
+// deadline: a long handler (POST /v1/sweep) is not cut by it. Under a server that cannot set
+// deadlines (a ResponseRecorder) it does nothing.
+func (s *Sidecar) bodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			s.startBodyDeadline(w)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// startBodyDeadline sets the request's read deadline http.body_timeout from now (the wall clock, not
+// s.now, which tests move).
+func (s *Sidecar) startBodyDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.HTTP.BodyTimeout))
 }
 
 // hostCheck refuses a request whose Host is not a loopback name or address nor the host the listener
@@ -176,6 +200,8 @@ func bodyError(err error) error {
 		return err
 	case errors.As(err, &tooLarge):
 		return &apiError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body larger than %d bytes (http.max_body_bytes)", tooLarge.Limit)}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &apiError{status: http.StatusRequestTimeout, msg: "the body did not arrive within http.body_timeout"}
 	case errors.Is(err, io.EOF):
 		return badRequest("bad JSON: empty body")
 	}
@@ -222,13 +248,19 @@ func (b assignmentBody) assignment(now time.Time) (sweeper.Assignment, error) {
 }
 
 func (s *Sidecar) putResidency(w http.ResponseWriter, r *http.Request) error {
-	// One feed at a time: each is the full set and replaces the last, so a second one arriving while
-	// one is read is refused (the executor's next PUT carries the newer set), and memory holds one set
-	// being read beside the one in force.
-	if !s.residencyPUT.TryLock() {
-		return &apiError{status: http.StatusConflict, msg: "another PUT /v1/residency is being read; retry"}
+	// One feed at a time, so that memory holds one set being read beside the one in force. A PUT that
+	// arrives while another is read waits its turn, in arrival order, and lands after it: sets land in
+	// the order they were sent, so the newest is the one in force. The one being read finishes, or is
+	// cut by its body deadline, within http.body_timeout, so the PUT next in line always gets its turn
+	// within its wait of twice that: a slow client ahead of the executor's PUT delays it by the body
+	// deadline at most, and never refuses it. Only a PUT still waiting behind several others at the
+	// end of its wait is refused, 409: retry.
+	if err := s.awaitResidencyTurn(r); err != nil {
+		return err
 	}
-	defer s.residencyPUT.Unlock()
+	defer func() { <-s.residencyTurn }()
+	// The body's deadline runs from its turn, not from its arrival: the wait is not the client's doing.
+	s.startBodyDeadline(w)
 	agents, err := decodeResidency(r.Body)
 	if err != nil {
 		return bodyError(err)
@@ -236,6 +268,24 @@ func (s *Sidecar) putResidency(w http.ResponseWriter, r *http.Request) error {
 	s.feed.setResidency(agents)
 	writeJSON(w, http.StatusOK, s.feed.status().Residency)
 	return nil
+}
+
+// awaitResidencyTurn waits for the PUT being read ahead of r, up to twice http.body_timeout, and then
+// holds the turn; the caller gives it back.
+func (s *Sidecar) awaitResidencyTurn(r *http.Request) error {
+	s.residencyWaiting.Add(1)
+	defer s.residencyWaiting.Add(-1)
+	wait := time.NewTimer(2 * s.cfg.HTTP.BodyTimeout)
+	defer wait.Stop()
+	select {
+	case s.residencyTurn <- struct{}{}:
+		return nil
+	case <-wait.C:
+		return &apiError{status: http.StatusConflict, msg: fmt.Sprintf(
+			"other PUT /v1/residency requests were still being read after %s (twice http.body_timeout); retry", 2*s.cfg.HTTP.BodyTimeout)}
+	case <-r.Context().Done():
+		return &apiError{status: http.StatusServiceUnavailable, msg: "the request ended while it waited its turn"}
+	}
 }
 
 // decodeResidency reads {"agents":["component:name",…]} token by token, into the set itself: no copy
@@ -336,8 +386,10 @@ func (s *Sidecar) getStatus(w http.ResponseWriter, _ *http.Request) {
 			"unreadable":        orEmpty(st.Unreadable),
 			"unparseable":       orEmpty(st.Unparseable),
 		},
-		"feed":    s.feed.status(),
-		"storage": s.storageStatus(),
+		"feed": s.feed.status(),
+		// A PUT /v1/residency being read, and those waiting their turn behind it.
+		"residency_puts": map[string]any{"being_read": len(s.residencyTurn) > 0, "waiting": s.residencyWaiting.Load()},
+		"storage":        s.storageStatus(),
 	})
 }
 

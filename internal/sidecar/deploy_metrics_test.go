@@ -1,17 +1,19 @@
 package sidecar_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stratalog/strata/config"
 	"github.com/stratalog/strata/internal/sidecar"
@@ -22,9 +24,10 @@ import (
 // PromQL expression (labels, functions and Grafana variables do not match).
 var metricName = regexp.MustCompile(`\b(?:oplog|strata|go|process)_[a-z0-9_]+\b`)
 
-// scrapeStarted opens a sidecar on SQLite and a directory and returns its /metrics twice: first right
-// after Open, before any request or event; then after it archived three stranded agents (so the
-// histograms of the storage, the blob store and the tick have observations).
+// scrapeStarted opens a sidecar on SQLite and a directory, serves it as `strata run` does (Serve, on a
+// loopback listener), and returns its /metrics twice: first right after it started, before any
+// request or event; then after it archived three stranded agents (so the histograms of the storage,
+// the blob store and the tick have observations) and its scheduler counted the scheduled rows.
 func scrapeStarted(t *testing.T) (atStart, afterSweeps string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -36,15 +39,22 @@ func scrapeStarted(t *testing.T) (atStart, afterSweeps string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { srv.Close(); s.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() { stop(); <-served; s.Close() })
+	base := "http://" + ln.Addr().String()
 	do := func(method, path, body string) string {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := srv.Client().Do(req)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +76,13 @@ func scrapeStarted(t *testing.T) (atStart, afterSweeps string) {
 	do("PUT", "/v1/residency", `{"agents": []}`)
 	do("POST", "/v1/sweep", "")
 	do("POST", "/v1/sweep", "")
-	return atStart, do("GET", "/metrics", "")
+	// The scheduled-row gauges are counted in the background, the first time as the scheduler starts.
+	counted := regexp.MustCompile(`(?m)^oplog_schedule_pending_rows \d+$`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if afterSweeps = do("GET", "/metrics", ""); counted.MatchString(afterSweeps) || time.Now().After(deadline) {
+			return atStart, afterSweeps
+		}
+	}
 }
 
 // seriesNames are the family names and the sample names (histograms' _bucket, _sum and _count) in
@@ -149,7 +165,7 @@ func TestDeploy_AlertsAndDashboardNameOnlyMetricsAStartedSidecarExports(t *testi
 	}
 }
 
-func TestDeploy_MetricsShowZeroCountersRuntimeAndBuildInfoAtStartAndSecondBuckets(t *testing.T) {
+func TestDeploy_MetricsShowZeroCountersTheTickHistogramRuntimeAndBuildInfoAtStartAndSecondBuckets(t *testing.T) {
 	atStart, afterSweeps := scrapeStarted(t)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^oplog_sweep_truncated_total\{reason="deadline"\} 0$`),
@@ -161,6 +177,9 @@ func TestDeploy_MetricsShowZeroCountersRuntimeAndBuildInfoAtStartAndSecondBucket
 		regexp.MustCompile(`(?m)^go_goroutines [0-9]`),
 		regexp.MustCompile(`(?m)^process_resident_memory_bytes [0-9]`),
 		regexp.MustCompile(`(?m)^strata_build_info\{[^}]*version="[^"]+"[^}]*\} 1$`),
+		// The tick histogram before the first tick: every bucket at 0, no tick counted.
+		regexp.MustCompile(`(?m)^oplog_sweep_tick_seconds_bucket\{le="0\.0005"\} 0$`),
+		regexp.MustCompile(`(?m)^oplog_sweep_tick_seconds_count 0$`),
 		// The start-up look at the stores: calls counted, on second buckets, from the start (where
 		// each call lands is timing, left to the 2 ms tests of the instruments).
 		regexp.MustCompile(`(?m)^strata_storage_operation_duration_seconds_bucket\{[^}]*le="0\.005"[^}]*\} [0-9]`),

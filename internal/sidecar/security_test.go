@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -111,42 +112,44 @@ func TestAPI_WritesRefuseABodyThatIsNotJSON(t *testing.T) {
 	}
 }
 
-// A second residency PUT while one is being read is refused with 409, and the first still lands.
-func TestAPI_OneResidencyPUTAtATime(t *testing.T) {
+// A second residency PUT while one is being read waits for it, and lands after it: the newer set is
+// the one in force.
+func TestAPI_ASecondResidencyPUTWaitsItsTurnAndLandsAfterTheFirst(t *testing.T) {
 	s, srv, _ := testSidecar(t, nil)
 	pr, pw := io.Pipe()
-	first := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest("PUT", srv.URL+"/v1/residency", pr)
+	t.Cleanup(func() { pw.CloseWithError(errors.New("the test ended")) }) // before the server closes
+	put := func(body io.Reader, code chan<- int) {
+		req, _ := http.NewRequest("PUT", srv.URL+"/v1/residency", body)
 		resp, err := srv.Client().Do(req)
 		if err != nil {
-			first <- -1
+			code <- -1
 			return
 		}
 		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
+		code <- resp.StatusCode
+	}
+	first, second := make(chan int, 1), make(chan int, 1)
+	go put(pr, first)
 	if _, err := io.WriteString(pw, `{"agents":["c:one",`); err != nil {
 		t.Fatal(err)
 	}
-	// The handler has read what was written, so it holds the feed: wait until it does.
-	for s.residencyPUT.TryLock() {
-		s.residencyPUT.Unlock()
-		if _, err := io.WriteString(pw, " "); err != nil {
-			t.Fatal(err)
-		}
-	}
-	code, body := call(t, srv, "PUT", "/v1/residency", "", strings.NewReader(`{"agents":[]}`))
-	if code != http.StatusConflict {
-		t.Fatalf("second PUT while the first is read: %d %v, want 409", code, body)
+	// The handler has read what was written, so it holds the turn: wait until it does.
+	waitFor(t, "the first PUT holds the turn", func() bool { return len(s.residencyTurn) > 0 })
+	go put(strings.NewReader(`{"agents":[]}`), second)
+	waitFor(t, "the second PUT waits its turn", func() bool { return s.residencyWaiting.Load() > 0 })
+	if _, status := call(t, srv, "GET", "/v1/status", "", nil); status["residency_puts"].(map[string]any)["waiting"].(float64) != 1 {
+		t.Fatalf("status while the second PUT waits: %v", status["residency_puts"])
 	}
 	io.WriteString(pw, `"c:two"]}`)
 	pw.Close()
 	if code := <-first; code != 200 {
 		t.Fatalf("first PUT: %d", code)
 	}
-	if n := s.feed.status().Residency.Agents; n != 2 {
-		t.Fatalf("resident agents %d, want the first PUT's 2", n)
+	if code := <-second; code != 200 {
+		t.Fatalf("second PUT: %d, want 200 after the first", code)
+	}
+	if n := s.feed.status().Residency.Agents; n != 0 {
+		t.Fatalf("resident agents %d, want the second PUT's 0", n)
 	}
 }
 

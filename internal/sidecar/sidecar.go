@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -45,8 +46,11 @@ type Sidecar struct {
 	metrics   http.Handler
 	provider  *sdkmetric.MeterProvider
 
-	// residencyPUT is held while a PUT /v1/residency is read: one at a time.
-	residencyPUT sync.Mutex
+	// residencyTurn holds a token while a PUT /v1/residency is read: one at a time, the others waiting
+	// their turn in arrival order (putResidency).
+	residencyTurn chan struct{}
+	// residencyWaiting counts the PUT /v1/residency requests waiting for their turn.
+	residencyWaiting atomic.Int64
 	// boundAddr is the address Serve's listener bound, which the Host check also allows.
 	boundAddr string
 
@@ -67,7 +71,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 	// Every line the sidecar, the sweep and the scheduler log passes through redaction: a storage
 	// error may echo its connection string.
 	log = slog.New(redact.Handler(log.Handler()))
-	s := &Sidecar{cfg: cfg, log: log, now: time.Now}
+	s := &Sidecar{cfg: cfg, log: log, now: time.Now, residencyTurn: make(chan struct{}, 1)}
 	s.baseCtx, s.baseCancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -285,9 +289,17 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("http.listen %s is not a loopback address and http.token is empty: refusing to serve writes without a token", ln.Addr())
 	}
 	s.boundAddr = ln.Addr().String()
-	// The server's own complaints (a bad request line, a handler's panic) go to the sidecar's log, so a
-	// JSON log stays JSON.
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	if h := s.cfg.HTTP; 2*h.BodyTimeout >= s.cfg.Residency.TTL {
+		s.log.Warn("a PUT /v1/residency may wait up to twice http.body_timeout behind a slow one, which is not under residency.ttl: "+
+			"one slow client could let the residency feed go stale and stand the sweep down", "body_timeout", h.BodyTimeout, "ttl", s.cfg.Residency.TTL)
+	}
+	// Every stage of a request is bounded, so that a client that stalls holds nothing but its own
+	// connection: its headers by readHeaderTimeout, its body by http.body_timeout (bodyDeadline, set
+	// per request so that a PUT waiting its turn is not charged for the wait), the wait for its next
+	// request by http.idle_timeout. There is no write timeout: POST /v1/sweep answers when its tick
+	// ends. The server's own complaints (a bad request line, a handler's panic) go to the sidecar's
+	// log, so a JSON log stays JSON.
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: s.cfg.HTTP.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(s.log.With("component", "http").Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -322,6 +334,9 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("stopped")
 	return err
 }
+
+// readHeaderTimeout bounds how long a request's line and headers may take to arrive.
+const readHeaderTimeout = 10 * time.Second
 
 // closeTimeout bounds Close: a store whose server stopped answering may take far longer to close
 // (pgxpool waits up to 15 s for each connection it cancelled), and a process on its way out has

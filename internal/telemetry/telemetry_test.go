@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -45,10 +46,28 @@ func TestNew_RuntimeProcessAndBuildInfoFromTheStart(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no strata_build_info 1 in:\n%.3000s", text)
 	}
-	for _, label := range []string{`version="` + info.Version + `"`, `go_version="` + info.GoVersion + `"`, `commit="`} {
-		if !strings.Contains(m[1], label) {
-			t.Errorf("strata_build_info{%s} lacks %s", m[1], label)
+	labels := map[string]string{}
+	for _, kv := range regexp.MustCompile(`(\w+)="([^"]*)"`).FindAllStringSubmatch(m[1], -1) {
+		labels[kv[1]] = kv[2]
+	}
+	revision := info.Revision()
+	if revision == "" {
+		revision = "unknown"
+	}
+	// The labels of client_golang's version collector (prometheus/common/version), every one of them
+	// and no other, with this build's values.
+	want := map[string]string{"version": info.Version, "revision": revision, "branch": "unknown",
+		"goversion": runtime.Version(), "goos": runtime.GOOS, "goarch": runtime.GOARCH}
+	for name, v := range want {
+		if got, ok := labels[name]; !ok || got != v {
+			t.Errorf("strata_build_info{%s}: %s=%q (present %v), want %q", m[1], name, got, ok, v)
 		}
+	}
+	if _, ok := labels["tags"]; !ok || len(labels) != len(want)+1 {
+		t.Errorf("strata_build_info{%s}: want exactly the labels version, revision, branch, goversion, goos, goarch, tags", m[1])
+	}
+	if !strings.Contains(text, "# HELP strata_build_info A metric with a constant '1' value labeled by version, revision, branch, goversion") {
+		t.Errorf("strata_build_info does not have the version collector's HELP:\n%s", grep(text, "strata_build_info"))
 	}
 }
 
@@ -79,4 +98,53 @@ func grep(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// family is the block of one metric family in an exposition: its HELP and TYPE lines and its samples.
+func family(text, name string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" && f[2] == name ||
+			strings.HasPrefix(l, name+"_bucket") || strings.HasPrefix(l, name+"_sum") || strings.HasPrefix(l, name+"_count") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// The tick histogram is there, at zero, from its creation, with the HELP and buckets it has once
+// observed; after the first observation it is the exporter's, counted once, never twice.
+func TestNew_TheTickHistogramIsThereAtZeroUntilItsFirstObservation(t *testing.T) {
+	mp, get := open(t)
+	if strings.Contains(get(), "oplog_sweep_tick_seconds") {
+		t.Fatal("oplog_sweep_tick_seconds before the histogram was created")
+	}
+	tick, err := mp.Meter("test").Float64Histogram("oplog_sweep_tick", latency.Histogram("Duration of sweep ticks.")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := family(get(), "oplog_sweep_tick_seconds")
+	for _, want := range []string{
+		"# HELP oplog_sweep_tick_seconds Duration of sweep ticks.",
+		"# TYPE oplog_sweep_tick_seconds histogram",
+		`oplog_sweep_tick_seconds_bucket{le="0.0005"} 0`,
+		`oplog_sweep_tick_seconds_bucket{le="60"} 0`,
+		`oplog_sweep_tick_seconds_bucket{le="+Inf"} 0`,
+		"oplog_sweep_tick_seconds_sum 0",
+		"oplog_sweep_tick_seconds_count 0",
+	} {
+		if !strings.Contains(before, want) {
+			t.Errorf("before the first tick, /metrics lacks %q:\n%s", want, before)
+		}
+	}
+	tick.Record(context.Background(), 0.3)
+	after := family(get(), "oplog_sweep_tick_seconds")
+	if n := strings.Count(after, "oplog_sweep_tick_seconds_count "); n != 1 || !strings.Contains(after, "oplog_sweep_tick_seconds_count 1") {
+		t.Fatalf("after one tick, want one count of 1:\n%s", after)
+	}
+	// The same family either way: HELP, TYPE and bucket bounds.
+	shape := regexp.MustCompile(`(?m)^(# .*|oplog_sweep_tick_seconds_bucket\{le="[^"]*"\})`)
+	if b, a := shape.FindAllString(before, -1), shape.FindAllString(after, -1); strings.Join(b, "\n") != strings.Join(a, "\n") {
+		t.Errorf("the zero family differs from the exporter's:\nbefore\n%s\nafter\n%s", strings.Join(b, "\n"), strings.Join(a, "\n"))
+	}
 }

@@ -25,3 +25,18 @@ func TestString_ShortensTheCommitAndSaysModified(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+func TestRevision_IsTheCommitMarkedModified(t *testing.T) {
+	for _, c := range []struct {
+		info Info
+		want string
+	}{
+		{Info{Commit: "0123abc", Modified: true}, "0123abc-modified"},
+		{Info{Commit: "0123abc"}, "0123abc"},
+		{Info{Modified: true}, ""},
+	} {
+		if got := c.info.Revision(); got != c.want {
+			t.Errorf("%+v.Revision() = %q, want %q", c.info, got, c.want)
+		}
+	}
+}

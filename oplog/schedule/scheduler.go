@@ -42,6 +42,10 @@ type Config struct {
 	Now func() time.Time
 	// MeterProvider receives the scheduler's metrics (metrics.go); nil records none.
 	MeterProvider metric.MeterProvider
+	// MetricsInterval is how often Run counts the table's rows for the row gauges (default 15 s); each
+	// count is cut after the smaller of this and MaxCountDuration. A scrape reads the last count from
+	// memory and never waits on the store.
+	MetricsInterval time.Duration
 }
 
 // The defaults of Config.
@@ -53,7 +57,14 @@ const (
 	DefaultBackoffBase   = time.Second
 	DefaultBackoffMax    = 5 * time.Minute
 	DefaultShutdownGrace = 30 * time.Second
+	// DefaultMetricsInterval: Prometheus' usual scrape interval, so a scrape sees a count at most one
+	// interval old, at one count of the table per scheduler per interval (as when each scrape counted).
+	DefaultMetricsInterval = 15 * time.Second
 )
+
+// MaxCountDuration bounds one count of the rows for the gauges: a store that takes longer is reported
+// failing (oplog_schedule_row_counts_failed) rather than waited for.
+const MaxCountDuration = 5 * time.Second
 
 // Range is the values a count or duration of Config (or a setting of the scheduled rows, such as the
 // registrar's archive interval) may take, bounds included (one type with the sweep's and the
@@ -84,6 +95,9 @@ var (
 	// ArchiveIntervalRange bounds Registrar.ArchiveInterval: a row due more than a year after its
 	// agent went idle is an oplog nobody will see archived.
 	ArchiveIntervalRange = Range[time.Duration]{Min: 0, Max: 366 * 24 * time.Hour}
+	// MetricsIntervalRange: under a second the counts would be a steady query load on the table; over
+	// an hour the row gauges say little about now.
+	MetricsIntervalRange = Range[time.Duration]{Min: time.Second, Max: time.Hour}
 )
 
 // Validate reports every field outside its range, joined, each naming the field, its value and the
@@ -100,6 +114,7 @@ func (c Config) Validate() error {
 		checkRange("max_attempts", c.MaxAttempts, MaxAttemptsRange),
 		checkRange("backoff_base", c.BackoffBase, BackoffRange),
 		checkRange("backoff_max", c.BackoffMax, BackoffRange),
+		checkRange("metrics_interval", c.MetricsInterval, MetricsIntervalRange),
 	)
 	if c.ShutdownGrace > ShutdownGraceRange.Max {
 		errs = append(errs, fmt.Errorf("schedule shutdown_grace %v: want a negative value (none), 0 (the default) or up to %v",
@@ -141,6 +156,9 @@ func (c Config) withDefaults() Config {
 	case c.ShutdownGrace < 0:
 		c.ShutdownGrace = 0
 	}
+	if c.MetricsInterval == 0 {
+		c.MetricsInterval = DefaultMetricsInterval
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -178,6 +196,7 @@ type Scheduler struct {
 	cfg    Config
 	log    *slog.Logger
 	m      *instruments
+	counts rowCounts
 }
 
 // NewScheduler returns a scheduler over store for the bucket ranges owned() returns at each claim, or
@@ -195,6 +214,7 @@ func NewScheduler(store Store, handle Handler, owned func() []oplog.BucketRange,
 		log = slog.Default()
 	}
 	s := &Scheduler{store: store, handle: handle, owned: owned, cfg: cfg.withDefaults(), log: log}
+	s.counts.since = s.cfg.Now()
 	var err error
 	if s.m, err = newInstruments(cfg.MeterProvider, s); err != nil {
 		return nil, fmt.Errorf("schedule: metrics: %w", err)
@@ -240,8 +260,13 @@ func (s *Scheduler) RunOnce(ctx context.Context) (Tally, error) {
 // Run keeps up to Concurrency rows running, polling every PollInterval for more, until ctx is
 // cancelled. Then it stops claiming and gives the rows under way ShutdownGrace to finish, their leases
 // still renewed; the rows still running after it are cancelled, and Run returns once they have
-// returned. A cut row loses nothing: it is left claimed, and runs again when its lease expires.
+// returned. A cut row loses nothing: it is left claimed, and runs again when its lease expires. Beside
+// the claims, it counts the table's rows for the gauges every MetricsInterval (RefreshRowCounts), on
+// a goroutine of its own, so that neither a slow claim nor a slow count holds up the other.
 func (s *Scheduler) Run(ctx context.Context) error {
+	var counting sync.WaitGroup
+	counting.Go(func() { s.countRowsEvery(ctx) })
+	defer counting.Wait()
 	// The rows' context outlives ctx by the grace, so a shutdown does not cut a step that is about to
 	// finish, and a black-holed store cannot hold the shutdown longer than the grace.
 	rowCtx, release := grace.After(ctx, s.cfg.ShutdownGrace, ErrShutdownGrace)
