@@ -12,6 +12,7 @@ import (
 
 	"github.com/stratalog/strata/backends/redis"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
 )
 
 // eachStore runs fn on a fresh Store of one node and, where the test cluster is set, of the cluster.
@@ -108,7 +109,11 @@ func TestBucketedKeys_WalksMatchTheModel(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for round := range 200 {
+		rounds := 200
+		if !testenv.Long() {
+			rounds = 20 // the quick mode's tenth, as the conformance suite's random checks
+		}
+		for round := range rounds {
 			r := randomModelRange(rng)
 			count := 1 + rng.IntN(9)
 			churn := round%2 == 1

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/oplogtest"
@@ -152,7 +153,10 @@ func checkOnce(t *testing.T, l *oplogtest.Layers, agent oplog.AgentID, mode oplo
 // alone, and neither drain failed (DESIGN §10: a read racing a drop is retried or read from one
 // snapshot, never handed on with a gap).
 func TestOplog_ConcurrentDrainsConverge(t *testing.T) {
-	const rounds = 40
+	rounds := 40
+	if !testenv.Long() {
+		rounds = 10 // the quick mode's share of the random rounds
+	}
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		l := oplogtest.NewLayers(t, b.Open(t), nil)
 		rng := oplogtest.Seeded(t)

@@ -220,7 +220,9 @@ func runSuite(t *testing.T, name string, timeout time.Duration, artifacts string
 	)
 	// The suite writes what it can of a failure (porcupine's visualisation) to STRATA_ARTIFACTS; a
 	// mutant's failures are expected, so they go to a directory the test removes.
-	cmd.Env = append(os.Environ(), envMutant+"="+name, "STRATA_ARTIFACTS="+artifacts)
+	// The suite runs at its full depth (storagetest.LongEnv) whatever this run's mode: what is measured
+	// is what the suite catches as a backend's CI runs it, not its quick mode's tenth of the random cases.
+	cmd.Env = append(os.Environ(), envMutant+"="+name, "STRATA_ARTIFACTS="+artifacts, storagetest.LongEnv+"=1")
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	cmd.WaitDelay = 5 * time.Second
