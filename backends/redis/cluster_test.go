@@ -344,6 +344,7 @@ func TestCluster_WalkDuringReshardMissesNoKey(t *testing.T) {
 // each walk, from the one that starts before the reshard to the one that starts after it ended, hands
 // back every key.
 func TestCluster_WalksDuringRedisCliReshardMissNoKey(t *testing.T) {
+	testenv.SkipUnlessLong(t, "walks while redis-cli reshards the cluster")
 	testenv.RedisClusterExclusive(t)
 	st := newClusterStore(t)
 	nodes := waitHealthy(t)
@@ -417,6 +418,7 @@ loop:
 // half-way until the replica is master and every node agrees, then finishes; whole walks also run
 // while the failover is under way. The old master takes its role back afterwards.
 func TestCluster_WalkDuringFailoverMissesNoKey(t *testing.T) {
+	testenv.SkipUnlessLong(t, "a walk while a master fails over")
 	testenv.RedisClusterExclusive(t)
 	st := newClusterStore(t)
 	nodes := waitHealthy(t)
