@@ -124,15 +124,11 @@ func sweepOnce(cmd *cobra.Command, sc *sidecar.Sidecar, asJSON bool, gap time.Du
 		if stop || ctx.Err() != nil {
 			break
 		}
-		// The second pass must come at least --gap after the first; until a pass completes, the next
-		// tick continues the walk, after the sweep's own wait (its backoff) but never longer than --gap.
-		wait := rep.NextWait
-		if anyCompleted(rep) {
-			wait = gap
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(min(wait, gap)):
+		if wait := run.wait(rep, gap); wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
 		}
 	}
 	if !asJSON {
@@ -154,15 +150,6 @@ func onceReportJSON(rep sweeper.Report) map[string]any {
 		}
 	}
 	return out
-}
-
-func anyCompleted(rep sweeper.Report) bool {
-	for _, rr := range rep.Routes {
-		if rr.PassCompleted {
-			return true
-		}
-	}
-	return false
 }
 
 // unreadableOf lists the unreadable keys the tick's routes listed.

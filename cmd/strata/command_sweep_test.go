@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stratalog/strata/sweeper"
 )
@@ -89,6 +90,36 @@ func TestOnceSweep_StopsWhenEveryRouteCompletedTwoPassesAndSucceedsWhenNothingFa
 	}
 	if o.stopped != stopDone || o.err() != nil {
 		t.Fatalf("stopped %v, %v; want done without an error", o.stopped, o.err())
+	}
+}
+
+// The wait before the next tick: --gap after a completed pass until every route has made two (the
+// quiet gate's sightings are then gap apart), none while a walk goes on or, after the two passes, the
+// archive budget's leftovers are worked off, and the sweep's backoff (at most gap) after a deadline.
+func TestOnceSweep_WaitsTheGapOnlyBetweenPasses(t *testing.T) {
+	const gap = 10 * time.Second
+	o := newOnceSweep(defaultMaxTicks)
+	mid := tick("r", 4096, false, 0, nil)
+	pass := tick("r", 100, true, 0, nil)
+	budget := tick("r", 100, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 256})
+	budget.Routes[0].Truncated = sweeper.ReasonArchiveBudget
+	slow := tick("r", 10, false, 0, nil)
+	slow.DeadlineHit, slow.NextWait = true, 4*time.Minute
+	for i, c := range []struct {
+		rep  sweeper.Report
+		want time.Duration
+	}{
+		{mid, 0},    // the first pass goes on
+		{pass, gap}, // it completed: the second comes gap later
+		{slow, gap}, // a deadline: the backoff, capped at gap
+		{mid, 0},    // the second pass goes on
+		{budget, 0}, // it completed, and the budget left agents: worked off at once
+		{budget, 0}, // and again
+	} {
+		o.observe(c.rep)
+		if got := o.wait(c.rep, gap); got != c.want {
+			t.Fatalf("tick %d: wait %v, want %v", i+1, got, c.want)
+		}
 	}
 }
 

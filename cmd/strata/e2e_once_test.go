@@ -11,6 +11,7 @@ import (
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/multisqlite"
 	"github.com/stratalog/strata/internal/sidecar"
+	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -123,13 +124,18 @@ func TestBinary_SweepOnceArchivesPastACorruptFileNamesItAndFails(t *testing.T) {
 // Break 1 of issue 20: a one-shot sweep whose run outlasts residency.ttl stood down (residency_stale),
 // counted that as idle and exited 0 with every agent still stranded. The one-shot has no executor and
 // so no residency feed to go stale: it must archive every agent and exit 0, or exit non-zero.
+//
+// STRATA_TEST_ONCE_AGENTS, STRATA_TEST_ONCE_TTL and STRATA_TEST_ONCE_GAP scale it up (issue 20's
+// measurement: 2000, 5s and the default 10s).
 func TestBinary_SweepOnceOutlastingTheResidencyTTLArchivesEveryAgent(t *testing.T) {
-	const n, entries = 40, 3
+	const entries = 3
+	n := testenv.PositiveInt(t, "STRATA_TEST_ONCE_AGENTS", 40)
+	ttl, gap := envOr("STRATA_TEST_ONCE_TTL", "1s"), envOr("STRATA_TEST_ONCE_GAP", "2s")
 	d := newDeployment(t, "", "")
 	stack := d.stack(t)
 	agents := strandAgents(t, stack, n, entries)
 	// The second pass comes --gap after the first, by when a residency feed of residency.ttl would be stale.
-	code, out, errOut := runBinary(t, []string{"STRATA_RESIDENCY_TTL=1s"}, "sweep", "--once", "--gap", "2s", "--config", d.config)
+	code, out, errOut := runBinary(t, []string{"STRATA_RESIDENCY_TTL=" + ttl}, "sweep", "--once", "--gap", gap, "--config", d.config)
 	if code != 0 {
 		t.Fatalf("sweep --once: exit %d; want 0, every agent archived\n%s%s", code, out, errOut)
 	}
@@ -173,4 +179,12 @@ func requireInBottomLayerOnce(t *testing.T, stack *oplog.Stack, agents []oplog.A
 	if stranded > 0 {
 		t.Fatalf("%d of %d agents still stranded above %s", stranded, len(agents), bottom.Name())
 	}
+}
+
+// envOr is the environment variable name, or def when it is unset.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

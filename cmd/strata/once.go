@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/stratalog/strata/sweeper"
 )
@@ -109,6 +110,28 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 		o.stopped = stopMaxTicks
 	}
 	return o.stopped != keepGoing
+}
+
+// wait is how long to wait after the tick rep (observed last) before the next one. The quiet gate needs
+// --gap between an agent's two sightings, so a pass starts at least gap after the one before it ended:
+// after a tick that completed a pass, the wait is gap. A tick that only went on with a walk, or, once
+// every route has made its two passes, only worked off what the archive budget left over, is followed
+// at once: waiting there would only stretch the run (ten seconds a tick, an hour for 100,000 stranded
+// agents at the default budgets). A tick that hit its deadline waits the sweep's own backoff, at most
+// gap, as `strata run` would.
+func (o *onceSweep) wait(rep sweeper.Report, gap time.Duration) time.Duration {
+	passesDone, completed := true, false
+	for _, rr := range rep.Routes {
+		completed = completed || rr.PassCompleted
+		passesDone = passesDone && o.completed[rr.Route] >= 2
+	}
+	switch {
+	case rep.DeadlineHit:
+		return min(rep.NextWait, gap)
+	case completed && !passesDone:
+		return gap
+	}
+	return 0
 }
 
 // summary is the last line of the text output: what was archived, what was left, and every
