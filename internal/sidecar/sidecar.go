@@ -170,7 +170,7 @@ func (s *Sidecar) checkLayout(ctx context.Context, levels int) {
 	}
 	if ns, key, found, err := UnbucketedKey(ctx, s.storage, namespaces); err == nil && found {
 		s.log.Error("storage holds keys without a bucket prefix, of the layout before buckets (DESIGN §11): strata never "+
-			"reads or sweeps them; drain them with the release that wrote them (strata once), see docs/storage-format.md",
+			"reads or sweeps them; drain them with the release that wrote them (strata sweep --once), see docs/storage-format.md",
 			"namespace", ns, "key", key)
 	}
 }
