@@ -214,21 +214,6 @@ func TestOpenExisting_MultisqliteDirectoryIsLeftAsItWas(t *testing.T) {
 	refusesWrites(t, "multisqlite://"+dir)
 }
 
-// redisKeys is every key under prefix, sorted.
-func redisKeys(t *testing.T, c *goredis.Client, prefix string) []string {
-	t.Helper()
-	var keys []string
-	iter := c.Scan(t.Context(), 0, prefix+"*", 1000).Iterator()
-	for iter.Next(t.Context()) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // OpenExisting of Redis reads every namespace and writes no key: not the layout marker on a prefix
 // that has none (written there by a writer that never opened it, as a foreign writer or New does), nor
 // anything on one that has it. The test's own database keeps its size.
@@ -249,7 +234,7 @@ func TestOpenExisting_RedisGetsNoNewKey(t *testing.T) {
 			} else {
 				fillLayers(t, redis.New(c, prefix))
 			}
-			before, size := redisKeys(t, c, prefix), c.DBSize(t.Context()).Val()
+			before, size := testenv.RedisKeys(t, c, prefix), c.DBSize(t.Context()).Val()
 			if hasMarker := slices.Contains(before, prefix+"{strata}layout"); hasMarker != marked {
 				t.Fatalf("keys before: %q; the test wants the marker %v", before, marked)
 			}
@@ -258,7 +243,7 @@ func TestOpenExisting_RedisGetsNoNewKey(t *testing.T) {
 			if err := st.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if after := redisKeys(t, c, prefix); !slices.Equal(before, after) {
+			if after := testenv.RedisKeys(t, c, prefix); !slices.Equal(before, after) {
 				t.Fatalf("keys after OpenExisting: %q, want %q", after, before)
 			}
 			if after := c.DBSize(t.Context()).Val(); after != size {

@@ -75,14 +75,7 @@ func open(ctx context.Context, rawURL string, readOnly bool) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var client goredis.UniversalClient
-	if cfg.cluster != nil {
-		cfg.cluster.ContextTimeoutEnabled = true
-		client = goredis.NewClusterClient(cfg.cluster)
-	} else {
-		cfg.single.ContextTimeoutEnabled = true
-		client = goredis.NewClient(cfg.single)
-	}
+	client := cfg.client()
 	s := New(client, cfg.prefix).WithWait(cfg.wait)
 	s.owned = true
 	s.readOnly = readOnly
@@ -260,4 +253,14 @@ func redact(rawURL string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// client is a client of the node or cluster the URL named, whose calls end with their context.
+func (cfg config) client() goredis.UniversalClient {
+	if cfg.cluster != nil {
+		cfg.cluster.ContextTimeoutEnabled = true
+		return goredis.NewClusterClient(cfg.cluster)
+	}
+	cfg.single.ContextTimeoutEnabled = true
+	return goredis.NewClient(cfg.single)
 }

@@ -45,14 +45,7 @@ func ReadLayout(ctx context.Context, rawURL string) (LayoutState, error) {
 	if err != nil {
 		return LayoutState{}, err
 	}
-	var client goredis.UniversalClient
-	if cfg.cluster != nil {
-		cfg.cluster.ContextTimeoutEnabled = true
-		client = goredis.NewClusterClient(cfg.cluster)
-	} else {
-		cfg.single.ContextTimeoutEnabled = true
-		client = goredis.NewClient(cfg.single)
-	}
+	client := cfg.client()
 	defer client.Close()
 	s := New(client, cfg.prefix)
 	var st LayoutState

@@ -197,18 +197,7 @@ func TestBinary_ReadOnlyCommandsWriteNoRedisKey(t *testing.T) {
 	dir := t.TempDir()
 	config := roConfig(t, dir, testenv.WithQuery(t, raw, redis.PrefixParam, prefix))
 	agents := roFill(t, redis.New(c, prefix), filepath.Join(dir, "blobs"))
-	keys := func() []string {
-		var keys []string
-		iter := c.Scan(t.Context(), 0, prefix+"*", 1000).Iterator()
-		for iter.Next(t.Context()) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Fatal(err)
-		}
-		slices.Sort(keys)
-		return keys
-	}
+	keys := func() []string { return testenv.RedisKeys(t, c, prefix) }
 	before, size := keys(), c.DBSize(t.Context()).Val()
 	roCommands(t, config, agents)
 	if after := keys(); !slices.Equal(before, after) {

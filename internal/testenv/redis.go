@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -51,4 +52,19 @@ func escapeGlob(s string) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// RedisKeys is every key under prefix (a literal prefix: no glob character in it), sorted.
+func RedisKeys(tb testing.TB, c redis.UniversalClient, prefix string) []string {
+	tb.Helper()
+	var keys []string
+	iter := c.Scan(tb.Context(), 0, prefix+"*", 1000).Iterator()
+	for iter.Next(tb.Context()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	slices.Sort(keys)
+	return keys
 }
