@@ -1,7 +1,6 @@
 package redis_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -13,40 +12,6 @@ import (
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
 )
-
-// prefixKeys is every key under prefix (on a cluster, of every master), sorted.
-func prefixKeys(t *testing.T, c goredis.UniversalClient, prefix string) []string {
-	t.Helper()
-	var keys []string
-	scan := func(node *goredis.Client) error {
-		iter := node.Scan(t.Context(), 0, prefix+"*", 1000).Iterator()
-		for iter.Next(t.Context()) {
-			keys = append(keys, iter.Val())
-		}
-		return iter.Err()
-	}
-	var err error
-	switch c := c.(type) {
-	case *goredis.ClusterClient:
-		var nodes []*goredis.Client
-		err = c.ForEachMaster(t.Context(), func(_ context.Context, node *goredis.Client) error {
-			nodes = append(nodes, node)
-			return nil
-		})
-		for _, node := range nodes {
-			if err == nil {
-				err = scan(node)
-			}
-		}
-	case *goredis.Client:
-		err = scan(c)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(keys)
-	return keys
-}
 
 // OpenExisting reads the layout marker and never writes it: a prefix of this layout without the
 // marker opens and reads as it is, and stays without it; a prefix of the previous layout or of a newer
@@ -60,7 +25,7 @@ func TestOpenExisting_ReadsTheLayoutNeverWritesIt(t *testing.T) {
 		if err := redis.New(c, prefix).Append(ctx, ns, key, 1, []byte("v")); err != nil {
 			t.Fatal(err)
 		}
-		before := prefixKeys(t, c, prefix)
+		before := testenv.RedisKeys(t, c, prefix)
 		st, err := redis.OpenExisting(ctx, url)
 		if err != nil {
 			t.Fatalf("OpenExisting of an unmarked prefix: %v", err)
@@ -81,7 +46,7 @@ func TestOpenExisting_ReadsTheLayoutNeverWritesIt(t *testing.T) {
 		if err := st.Delete(ctx, ns, key); !errors.Is(err, is.ErrInvalidArgument) {
 			t.Fatalf("Delete through OpenExisting: %v, want ErrInvalidArgument", err)
 		}
-		if after := prefixKeys(t, c, prefix); !slices.Equal(before, after) {
+		if after := testenv.RedisKeys(t, c, prefix); !slices.Equal(before, after) {
 			t.Fatalf("keys after OpenExisting: %q, want %q", after, before)
 		}
 
@@ -90,11 +55,11 @@ func TestOpenExisting_ReadsTheLayoutNeverWritesIt(t *testing.T) {
 		if err := c.ZAdd(ctx, old, goredis.Z{Member: "\x00\x00\x00\x00\x00\x00\x00\x01v"}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		before = prefixKeys(t, c, prefix)
+		before = testenv.RedisKeys(t, c, prefix)
 		if _, err := redis.OpenExisting(ctx, url); !errors.Is(err, redis.ErrOldLayout) || !strings.Contains(err.Error(), old) {
 			t.Fatalf("OpenExisting over a key of the previous layout: %v, want ErrOldLayout naming %q", err, old)
 		}
-		if after := prefixKeys(t, c, prefix); !slices.Equal(before, after) {
+		if after := testenv.RedisKeys(t, c, prefix); !slices.Equal(before, after) {
 			t.Fatalf("keys after a refused OpenExisting: %q, want %q", after, before)
 		}
 		// A marker of a newer layout: refused.

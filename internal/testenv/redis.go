@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -54,15 +56,38 @@ func escapeGlob(s string) string {
 	return string(out)
 }
 
-// RedisKeys is every key under prefix (a literal prefix: no glob character in it), sorted.
+// RedisKeys is every key under prefix (a literal prefix: no glob character in it), sorted; on a
+// cluster, of every master.
 func RedisKeys(tb testing.TB, c redis.UniversalClient, prefix string) []string {
 	tb.Helper()
 	var keys []string
-	iter := c.Scan(tb.Context(), 0, prefix+"*", 1000).Iterator()
-	for iter.Next(tb.Context()) {
-		keys = append(keys, iter.Val())
+	scan := func(node redis.UniversalClient) error {
+		iter := node.Scan(tb.Context(), 0, prefix+"*", 1000).Iterator()
+		for iter.Next(tb.Context()) {
+			keys = append(keys, iter.Val())
+		}
+		return iter.Err()
 	}
-	if err := iter.Err(); err != nil {
+	var err error
+	if cluster, ok := c.(*redis.ClusterClient); ok {
+		// ForEachMaster calls its function on every master at once: collect them, then scan in turn.
+		var mu sync.Mutex
+		var nodes []*redis.Client
+		err = cluster.ForEachMaster(tb.Context(), func(_ context.Context, node *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			nodes = append(nodes, node)
+			return nil
+		})
+		for _, node := range nodes {
+			if err == nil {
+				err = scan(node)
+			}
+		}
+	} else {
+		err = scan(c)
+	}
+	if err != nil {
 		tb.Fatal(err)
 	}
 	slices.Sort(keys)
