@@ -1,13 +1,10 @@
 package oplog
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-
-	is "github.com/stratalog/strata/indexedstorage"
 )
 
 // Stack is an oplog across its layers: the primary on top, then the archive layers, the bottom one last
@@ -284,9 +281,11 @@ func (s *Stack) archiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 	return Step{}, -1, nil
 }
 
-// hop moves layer i's entries up to srcLast one layer down; first is move's.
+// hop moves layer i's entries up to srcLast one layer down (see hop); first, when not nil, is the
+// source's first batch already read.
 func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLast Index, first []Entry) (Step, error) {
-	step, err := move(ctx, agent, mode, s.layers[i], s.layers[i+1:], srcLast, first)
+	h := newHop(agent, mode, s.layers[i], s.layers[i+1:], srcLast, first)
+	step, err := h.run(ctx)
 	if err != nil {
 		return step, fmt.Errorf("archive %s from %s to %s: %w", agent, step.Source, step.Target, err)
 	}
@@ -348,195 +347,6 @@ func (e *MovedOnError) Error() string {
 // again instead of continuing. The step appended and dropped nothing, so every entry stays readable
 // where it was.
 var ErrIndexReused = errors.New("oplog index reused")
-
-// moveStalls bounds the tries of one hop whose appends the target keeps refusing with ErrConflict
-// without its last index moving on. A conflict is normally a concurrent drain of the same agent that
-// appended there first: the next try re-reads T, finds it higher, and compares what the other drain
-// moved instead of appending it again. A conflict needs T below the source's last index, and T only
-// rises, so counting only the tries in which it did not rise still ends the loop.
-const moveStalls = 3
-
-// move moves src's entries up to srcLast to below[0]; below are the layers under src, top first. first,
-// when not nil, is the source's first batch already read (Read(1, srcLast, ChunkLimit)): the first try
-// starts from it rather than reading it again.
-func move(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index, first []Entry) (Step, error) {
-	step := Step{Source: src.Name(), Target: below[0].Name()}
-	var prevTarget Index
-	for try, stalls := 0, 0; ; try++ {
-		target, err := moveOnce(ctx, agent, mode, src, below, srcLast, &step, first)
-		first = nil // a try after a conflict reads afresh
-		if try > 0 && target > prevTarget {
-			stalls = 0
-		}
-		if !errors.Is(err, is.ErrConflict) {
-			return step, err
-		}
-		if stalls++; stalls == moveStalls {
-			return step, err
-		}
-		prevTarget = target
-	}
-}
-
-// moveOnce is one try of move; it returns the greatest target last index it read.
-//
-// A concurrent drain of the same agent (a teardown drain and the sweep, two sidecars during a
-// hand-off) may move part of what a batch holds between the batch's read and its append. So after each
-// read, and before anything is appended, the step looks again: what the target now holds up to its last
-// index, and what the source no longer holds (it starts past the batch's first entry), is already below.
-// A step drops a source prefix only after appending it or reading it back from below, so a source that
-// lost part of the batch shows that part was moved. That part is compared with the layers below, as an
-// interrupted step's is, and not appended again: the losing drain converges with nothing handed back
-// and no error, and readers never see the other's work doubled in the layer below.
-func moveOnce(ctx context.Context, agent AgentID, mode Mode, src Layer, below []Layer, srcLast Index, step *Step, first []Entry) (Index, error) {
-	dst := below[0]
-	// Reading from 1 rather than T+1 costs nothing when the source starts above T (the usual case) and
-	// shows any entry at or below T. Those come first, so all of them are compared before the first
-	// append or drop.
-	var target Index
-	var verified Index // the source up to here is identical below and not yet dropped
-	for next := Index(1); next <= srcLast; {
-		batch := first
-		if first == nil {
-			var err error
-			if batch, err = src.Read(ctx, agent, mode, next, srcLast, ChunkLimit); err != nil {
-				return target, err
-			}
-		}
-		first = nil
-		if len(batch) == 0 {
-			break
-		}
-		last := batch[len(batch)-1].Index
-		moved, err := movedBelow(ctx, agent, mode, src, dst, len(below) == 1, batch)
-		if err != nil {
-			return target, err
-		}
-		target = max(target, moved.target)
-		atOrBelow, _ := slices.BinarySearchFunc(batch, moved.upTo+1, func(e Entry, i Index) int { return cmpIndex(e.Index, i) })
-		if atOrBelow > 0 {
-			if err := requireBelow(ctx, agent, mode, below, batch[:atOrBelow], moved); err != nil {
-				return target, err
-			}
-			verified = batch[atOrBelow-1].Index
-		}
-		if above := batch[atOrBelow:]; len(above) > 0 {
-			if err := dst.Append(ctx, agent, mode, above); err != nil {
-				return target, err
-			}
-			step.Moved += len(above)
-			for _, e := range above {
-				step.Bytes += int64(len(e.Payload))
-			}
-			if err := dropSource(ctx, agent, mode, src, last, srcLast, step); err != nil {
-				return target, err
-			}
-		}
-		next = last + 1
-	}
-	if verified > step.DroppedUpTo {
-		if err := dropSource(ctx, agent, mode, src, verified, srcLast, step); err != nil {
-			return target, err
-		}
-	}
-	return target, nil
-}
-
-// dropSource drops src up to upTo for a step moving it up to srcLast, and records in step whether this
-// drop finished the hop: it covered srcLast and removed something. Drops remove prefixes only, so a
-// drop up to srcLast that finds anything left at or below it finds the entry at srcLast too (the step
-// read it there): it is the one drop, of all racing over those entries, that removed it.
-func dropSource(ctx context.Context, agent AgentID, mode Mode, src Layer, upTo, srcLast Index, step *Step) error {
-	dropped, err := src.DropPrefix(ctx, agent, mode, upTo)
-	if err != nil {
-		return err
-	}
-	step.DroppedUpTo = upTo
-	if upTo >= srcLast && dropped > 0 {
-		step.Finished = true
-	}
-	return nil
-}
-
-// alreadyBelow is how far an oplog is known to be below a source already, looked up after a batch was read.
-type alreadyBelow struct {
-	target Index // the target's last index (0: it holds none)
-	gone   Index // the source no longer holds the batch up to here (0: it holds all of it)
-	upTo   Index // max(target, gone): the batch up to here must be below, and is not appended
-}
-
-// movedBelow looks, after batch was read from src, at how much of it is below already: everything up to
-// the target's last index, and the part of the batch the source dropped since the read (a concurrent
-// step moved it). The source is looked at first: a step appends before it drops, so a drop seen here
-// means the target's last index read next covers it, unless that step has gone on to move the target's
-// entries further down, which the source's side still shows. When the target is the bottom, nothing
-// moves on from it, so its last index alone covers every drop and the source is not read again.
-func movedBelow(ctx context.Context, agent AgentID, mode Mode, src, dst Layer, dstIsBottom bool, batch []Entry) (alreadyBelow, error) {
-	var b alreadyBelow
-	if !dstIsBottom {
-		first, ok, err := src.FirstIndex(ctx, agent, mode)
-		if err != nil {
-			return b, err
-		}
-		if last := batch[len(batch)-1].Index; !ok || first > last {
-			b.gone = last
-		} else if first > batch[0].Index {
-			b.gone = first - 1
-		}
-	}
-	var err error
-	if b.target, _, err = dst.LastIndex(ctx, agent, mode); err != nil {
-		return b, err
-	}
-	b.upTo = max(b.target, b.gone)
-	return b, nil
-}
-
-// requireBelow checks that the layers below hold every entry of want (ascending, at or below how far
-// the oplog is known to be below, moved) with the same payload, and returns ErrIndexReused if not. The
-// target is read first; an index it lacks is looked for further down, where a concurrent drain of the
-// next hop may have moved it. Layers are read top first, as Stack.Read does, so an entry moving down
-// meanwhile is found in one or the other.
-func requireBelow(ctx context.Context, agent AgentID, mode Mode, below []Layer, want []Entry, moved alreadyBelow) error {
-	pending := want
-	for _, l := range below {
-		var missing []Entry
-		i := 0
-		for i < len(pending) {
-			got, err := l.Read(ctx, agent, mode, pending[i].Index, pending[len(pending)-1].Index, ChunkLimit)
-			if err != nil {
-				return err
-			}
-			if len(got) == 0 {
-				break
-			}
-			for _, g := range got {
-				for i < len(pending) && pending[i].Index < g.Index {
-					missing = append(missing, pending[i])
-					i++
-				}
-				if i < len(pending) && pending[i].Index == g.Index {
-					if !bytes.Equal(pending[i].Payload, g.Payload) {
-						return indexReused(want, moved, fmt.Sprintf("index %d differs from %s's", pending[i].Index, l.Name()))
-					}
-					i++
-				}
-			}
-		}
-		if pending = append(missing, pending[i:]...); len(pending) == 0 {
-			return nil
-		}
-	}
-	return indexReused(want, moved, fmt.Sprintf("no layer below holds index %d", pending[0].Index))
-}
-
-func indexReused(want []Entry, moved alreadyBelow, why string) error {
-	where := fmt.Sprintf("at or below the target's last index %d", moved.target)
-	if moved.gone > moved.target {
-		where = fmt.Sprintf("up to %d, which the source dropped during the step as moved below", moved.gone)
-	}
-	return fmt.Errorf("%w: source indices %d..%d are %s, and %s", ErrIndexReused, want[0].Index, want[len(want)-1].Index, where, why)
-}
 
 // holdsAboveBottom reports whether any layer from index from down to the one above the bottom holds
 // entries of the oplog.

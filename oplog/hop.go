@@ -1,0 +1,248 @@
+package oplog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// hop moves one layer's entries, up to the source's last index as the hop found it, one layer down. It
+// goes through the source in batches of at most one chunk, and for each batch takes five steps, in this
+// order:
+//
+//  1. read: the next batch of the source, from index 1 on.
+//  2. alreadyBelow: how far the oplog is below already: the target's last index, raised to the end of
+//     the part of the batch the source no longer holds (a concurrent drain moved it since the read).
+//  3. verify: the part of the batch up to there must be below, byte for byte, or the hop fails with
+//     ErrIndexReused.
+//  4. append: the part of the batch above it, to the target.
+//  5. drop: the source up to the end of the batch.
+//
+// Steps 3 to 5 are skipped when their part of the batch is empty; a source that held only verified
+// entries is dropped once, after its last batch. The order is the hop's safety: nothing is appended
+// before every entry at or below the target's last index compared equal (a reused index fails with
+// nothing written), and nothing is dropped from the source that was not appended below or read back
+// from there, so a failure between any two calls leaves every entry readable in one layer or both.
+//
+// A concurrent drain of the same agent (a teardown drain and the sweep, two sidecars during a hand-off)
+// may move part of a batch between the batch's read and its append: that part shows in step 2, as in
+// the target or as gone from the source, and is compared in step 3 instead of appended again, so the
+// losing drain converges with nothing handed back and no error. A conflict on the append itself (the
+// other drain appended first) makes run try the whole hop again.
+type hop struct {
+	agent AgentID
+	mode  Mode
+	src   Layer
+	below []Layer // the layers under src, top first: below[0] is the target
+	last  Index   // move the source up to here
+	first []Entry // the source's first batch, already read by the caller (nil: read it)
+	step  Step
+}
+
+func newHop(agent AgentID, mode Mode, src Layer, below []Layer, last Index, first []Entry) *hop {
+	return &hop{
+		agent: agent, mode: mode, src: src, below: below, last: last, first: first,
+		step: Step{Source: src.Name(), Target: below[0].Name()},
+	}
+}
+
+// hopStalls bounds the tries of one hop whose appends the target keeps refusing with ErrConflict
+// without its last index moving on. A conflict is normally a concurrent drain of the same agent that
+// appended there first: the next try re-reads the target's last index, finds it higher, and compares
+// what the other drain moved instead of appending it again. A conflict needs that index below the
+// source's last, and it only rises, so counting only the tries in which it did not rise still ends the
+// loop.
+const hopStalls = 3
+
+// run moves the source one layer down, one pass after another while the target refuses an append
+// with a conflict (at most hopStalls passes in a row that find its last index where it was).
+func (h *hop) run(ctx context.Context) (Step, error) {
+	var prevTarget Index
+	for try, stalls := 0, 0; ; try++ {
+		target, err := h.pass(ctx)
+		if try > 0 && target > prevTarget {
+			stalls = 0
+		}
+		if !errors.Is(err, is.ErrConflict) {
+			return h.step, err
+		}
+		if stalls++; stalls == hopStalls {
+			return h.step, err
+		}
+		prevTarget = target
+	}
+}
+
+// pass is one try of the hop: the five steps for every batch, in order. It returns the greatest target
+// last index it read.
+func (h *hop) pass(ctx context.Context) (target Index, err error) {
+	// Reading from 1 rather than from the target's last index + 1 costs nothing when the source starts
+	// above it (the usual case) and shows any entry at or below it. Those come first, so all of them
+	// are verified before the first append or drop.
+	var verified Index // the source up to here is identical below and not yet dropped
+	for next := Index(1); next <= h.last; {
+		batch, err := h.read(ctx, next)
+		if err != nil {
+			return target, err
+		}
+		if len(batch) == 0 {
+			break // the source ends here (a concurrent drain dropped the rest)
+		}
+		end := batch[len(batch)-1].Index
+		known, err := h.alreadyBelow(ctx, batch)
+		if err != nil {
+			return target, err
+		}
+		target = max(target, known.target)
+		atOrBelow, above := known.split(batch)
+		if len(atOrBelow) > 0 {
+			if err := h.verify(ctx, atOrBelow, known); err != nil {
+				return target, err
+			}
+			verified = atOrBelow[len(atOrBelow)-1].Index
+		}
+		if len(above) > 0 {
+			if err := h.append(ctx, above); err != nil {
+				return target, err
+			}
+			if err := h.drop(ctx, end); err != nil {
+				return target, err
+			}
+		}
+		next = end + 1
+	}
+	if verified > h.step.DroppedUpTo {
+		return target, h.drop(ctx, verified)
+	}
+	return target, nil
+}
+
+// read is step 1: the source's batch from next on (the caller's first batch, on the hop's first read).
+func (h *hop) read(ctx context.Context, next Index) ([]Entry, error) {
+	if h.first != nil {
+		batch := h.first
+		h.first = nil // a pass after a conflict reads afresh
+		return batch, nil
+	}
+	return h.src.Read(ctx, h.agent, h.mode, next, h.last, ChunkLimit)
+}
+
+// knownBelow is how far an oplog is known to be below a source already, looked up after a batch was
+// read.
+type knownBelow struct {
+	target Index // the target's last index (0: it holds none)
+	gone   Index // the source no longer holds the batch up to here (0: it holds all of it)
+	upTo   Index // max(target, gone): the batch up to here must be below, and is not appended
+}
+
+// split cuts batch into the part at or below k.upTo, which must be below already, and the rest.
+func (k knownBelow) split(batch []Entry) (atOrBelow, above []Entry) {
+	i, _ := slices.BinarySearchFunc(batch, k.upTo+1, func(e Entry, i Index) int { return cmpIndex(e.Index, i) })
+	return batch[:i], batch[i:]
+}
+
+// alreadyBelow is step 2: how much of batch is below already, looked at after it was read. That is
+// everything up to the target's last index, and the part of the batch the source dropped since the
+// read (a concurrent hop moved it). The source is looked at first: a hop appends before it drops, so a
+// drop seen here means the target's last index read next covers it, unless that hop has gone on to
+// move the target's entries further down, which the source's side still shows. When the target is the
+// bottom, nothing moves on from it, so its last index alone covers every drop and the source is not
+// read again.
+func (h *hop) alreadyBelow(ctx context.Context, batch []Entry) (knownBelow, error) {
+	var k knownBelow
+	if len(h.below) > 1 {
+		first, ok, err := h.src.FirstIndex(ctx, h.agent, h.mode)
+		if err != nil {
+			return k, err
+		}
+		if last := batch[len(batch)-1].Index; !ok || first > last {
+			k.gone = last
+		} else if first > batch[0].Index {
+			k.gone = first - 1
+		}
+	}
+	var err error
+	if k.target, _, err = h.below[0].LastIndex(ctx, h.agent, h.mode); err != nil {
+		return k, err
+	}
+	k.upTo = max(k.target, k.gone)
+	return k, nil
+}
+
+// verify is step 3: the layers below must hold every entry of want (ascending, at or below k.upTo)
+// with the same payload, else ErrIndexReused. The target is read first; an index it lacks is looked
+// for further down, where a concurrent drain of the next hop may have moved it. Layers are read top
+// first, as Stack.Read does, so an entry moving down meanwhile is found in one or the other.
+func (h *hop) verify(ctx context.Context, want []Entry, k knownBelow) error {
+	pending := want
+	for _, l := range h.below {
+		var missing []Entry
+		i := 0
+		for i < len(pending) {
+			got, err := l.Read(ctx, h.agent, h.mode, pending[i].Index, pending[len(pending)-1].Index, ChunkLimit)
+			if err != nil {
+				return err
+			}
+			if len(got) == 0 {
+				break
+			}
+			for _, g := range got {
+				for i < len(pending) && pending[i].Index < g.Index {
+					missing = append(missing, pending[i])
+					i++
+				}
+				if i < len(pending) && pending[i].Index == g.Index {
+					if !bytes.Equal(pending[i].Payload, g.Payload) {
+						return indexReused(want, k, fmt.Sprintf("index %d differs from %s's", pending[i].Index, l.Name()))
+					}
+					i++
+				}
+			}
+		}
+		if pending = append(missing, pending[i:]...); len(pending) == 0 {
+			return nil
+		}
+	}
+	return indexReused(want, k, fmt.Sprintf("no layer below holds index %d", pending[0].Index))
+}
+
+func indexReused(want []Entry, k knownBelow, why string) error {
+	where := fmt.Sprintf("at or below the target's last index %d", k.target)
+	if k.gone > k.target {
+		where = fmt.Sprintf("up to %d, which the source dropped during the step as moved below", k.gone)
+	}
+	return fmt.Errorf("%w: source indices %d..%d are %s, and %s", ErrIndexReused, want[0].Index, want[len(want)-1].Index, where, why)
+}
+
+// append is step 4: entries, all above what is known below, to the target.
+func (h *hop) append(ctx context.Context, entries []Entry) error {
+	if err := h.below[0].Append(ctx, h.agent, h.mode, entries); err != nil {
+		return err
+	}
+	h.step.Moved += len(entries)
+	for _, e := range entries {
+		h.step.Bytes += int64(len(e.Payload))
+	}
+	return nil
+}
+
+// drop is step 5: the source up to upTo, all of it appended below or verified there. It records
+// whether this drop finished the hop: it covered the hop's last index and removed something. Drops
+// remove prefixes only, so a drop up to that index that finds anything left at or below it finds the
+// entry at that index too (the hop read it there): it is the one drop, of all racing over those
+// entries, that removed it.
+func (h *hop) drop(ctx context.Context, upTo Index) error {
+	dropped, err := h.src.DropPrefix(ctx, h.agent, h.mode, upTo)
+	if err != nil {
+		return err
+	}
+	h.step.DroppedUpTo = upTo
+	if upTo >= h.last && dropped > 0 {
+		h.step.Finished = true
+	}
+	return nil
+}
