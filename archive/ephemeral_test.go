@@ -104,9 +104,7 @@ func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	ctx := t.Context()
 	calls := map[is.Operation]int{}
 	st := counted(memory.New(), calls)
-	c1, _ := archive.NewCompressed(st, 1)
-	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
-	stack, err := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	stack, err := archive.DefaultStack(st, memory.NewBlobStore(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

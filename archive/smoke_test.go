@@ -12,9 +12,7 @@ import (
 
 func TestSmokeDrain(t *testing.T) {
 	st, blobs := memory.New(), memory.NewBlobStore()
-	c1, _ := archive.NewCompressed(st, 1)
-	b0, _ := archive.NewBlob(blobs, 0)
-	stack, err := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	stack, err := archive.DefaultStack(st, blobs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,9 +104,7 @@ func TestStoredKey_MatchesTheDocumentedTable(t *testing.T) {
 // prefix, is no agent's stored key either (the sweep counts it unparseable).
 func TestAgentKey_AnEmptyComponentOrNameIsInvalid(t *testing.T) {
 	st := memory.New()
-	c1, _ := archive.NewCompressed(st, 1)
-	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
-	stack, err := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	stack, err := archive.DefaultStack(st, memory.NewBlobStore(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

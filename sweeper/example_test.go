@@ -22,9 +22,11 @@ func Example_embeddedExecutor() {
 
 	// Storage: any indexedstorage.Storage (backends.Open picks one from a URL) and a blob store.
 	st, blobs := memory.New(), memory.NewBlobStore()
-	level1, _ := archive.NewCompressed(st, 1)
-	bottom, _ := archive.NewBlob(blobs, 0)
-	stack, _ := oplog.NewStack(oplog.NewPrimary(st), level1, bottom)
+	stack, err := archive.DefaultStack(st, blobs, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	// The executor's own state: which agents it runs, and one switch for the sweep.
 	var mu sync.Mutex
@@ -117,9 +119,11 @@ func (l *agentMutexes) TryLock(_ context.Context, a oplog.AgentID, _ oplog.Mode)
 func Example_durableRoute() {
 	ctx := context.Background()
 	st, blobs := memory.New(), memory.NewBlobStore()
-	level1, _ := archive.NewCompressed(st, 1)
-	bottom, _ := archive.NewBlob(blobs, 0)
-	stack, _ := oplog.NewStack(oplog.NewPrimary(st), level1, bottom)
+	stack, err := archive.DefaultStack(st, blobs, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	locks := newAgentMutexes()
 	var mu sync.Mutex

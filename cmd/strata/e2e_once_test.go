@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/multisqlite"
-	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 )
@@ -65,7 +65,7 @@ func (m multiSQLite) open(t *testing.T) (*oplog.Stack, *multisqlite.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack, err := sidecar.BuildStack(st, blobs, 1)
+	stack, err := archive.DefaultStack(st, blobs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

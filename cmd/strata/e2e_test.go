@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/sqlite"
-	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/strataproc"
 )
@@ -75,7 +75,7 @@ func (d deployment) stack(t *testing.T) *oplog.Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack, err := sidecar.BuildStack(st, blobs, 1)
+	stack, err := archive.DefaultStack(st, blobs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,12 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/backends/sqlite"
 	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
 	is "github.com/stratalog/strata/indexedstorage"
-	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 )
@@ -69,7 +69,7 @@ func roFill(t *testing.T, st is.Storage, blobDir string) []oplog.AgentID {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack, err := sidecar.BuildStack(st, blobs, 1)
+	stack, err := archive.DefaultStack(st, blobs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

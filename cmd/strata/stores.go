@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends"
 	"github.com/stratalog/strata/config"
 	"github.com/stratalog/strata/internal/redact"
@@ -127,7 +128,7 @@ func openReadOnly(ctx context.Context, cfg config.Config) (*readOnly, error) {
 		st.Close()
 		return nil, fmt.Errorf("blob.url %s: %w (scan and inspect create nothing; strata run creates it)", redact.URL(cfg.Blob.URL), err)
 	}
-	stack, err := sidecar.BuildStack(st, blobs, cfg.Stack.CompressedLevels)
+	stack, err := archive.DefaultStack(st, blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels})
 	if err != nil {
 		st.Close()
 		blobs.Close()

@@ -93,7 +93,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 	if err != nil {
 		return nil, fmt.Errorf("storage.url: %w", redact.Error(err))
 	}
-	s.storage = is.Instrument(st, s.provider, "indexed")
+	s.storage = st
 	if lim, ok := st.(*is.Limiter); ok {
 		if err := observeLimiter(s.provider, lim); err != nil {
 			return nil, err
@@ -102,12 +102,13 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 	if s.blobs, err = backends.OpenBlob(ctx, cfg.Blob.URL); err != nil {
 		return nil, fmt.Errorf("blob.url: %w", redact.Error(err))
 	}
-	s.blobs = archive.InstrumentBlobs(s.blobs, s.provider)
+	// The stack's layers, and the sidecar's own probes, go through the same metrics.
+	s.storage, s.blobs = (&archive.StackOptions{MeterProvider: s.provider}).Stores(s.storage, s.blobs)
 	s.checkStores(ctx)
 	if s.schedules, err = backends.OpenSchedule(ctx, cfg.Schedule.URL); err != nil {
 		return nil, fmt.Errorf("schedule.url: %w", redact.Error(err))
 	}
-	if s.stack, err = BuildStack(s.storage, s.blobs, cfg.Stack.CompressedLevels); err != nil {
+	if s.stack, err = archive.DefaultStack(s.storage, s.blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels}); err != nil {
 		return nil, err
 	}
 	s.checkLayout(ctx, cfg.Stack.CompressedLevels)
@@ -198,23 +199,6 @@ func UnbucketedKey(ctx context.Context, st is.Storage, namespaces []string) (ns,
 		}
 	}
 	return "", "", false, nil
-}
-
-// BuildStack is the default stack: the primary, levels compressed levels, and blob level 0.
-func BuildStack(st is.Storage, blobs archive.BlobStore, levels int) (*oplog.Stack, error) {
-	var archives []oplog.Layer
-	for l := 1; l <= levels; l++ {
-		c, err := archive.NewCompressed(st, l)
-		if err != nil {
-			return nil, err
-		}
-		archives = append(archives, c)
-	}
-	b, err := archive.NewBlob(blobs, 0)
-	if err != nil {
-		return nil, err
-	}
-	return oplog.NewStack(oplog.NewPrimary(st), append(archives, b)...)
 }
 
 // owner names this process in scheduled rows' leases.

@@ -38,9 +38,7 @@ func (c *clock) Advance(d time.Duration) {
 func newStack(t *testing.T) (*oplog.Stack, *memory.Store) {
 	t.Helper()
 	st := memory.New()
-	c1, _ := archive.NewCompressed(st, 1)
-	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
-	stack, err := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	stack, err := archive.DefaultStack(st, memory.NewBlobStore(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,24 +146,14 @@ func TestOplog_IdenticalOverlapWithTheTargetConverges(t *testing.T) {
 // deepLayers is primary → compressed-1 → compressed-2 → blob-0 over st.
 func deepLayers(t *testing.T, st is.Storage) (*oplogtest.Layers, *archive.Compressed, *archive.Compressed) {
 	t.Helper()
-	c1, err := archive.NewCompressed(st, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := archive.NewCompressed(st, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	blobs := memory.NewBlobStore()
-	b0, err := archive.NewBlob(blobs, 0)
+	stack, err := archive.DefaultStack(st, blobs, &archive.StackOptions{CompressedLevels: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stack, err := oplog.NewStack(oplog.NewPrimary(st), c1, c2, b0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &oplogtest.Layers{St: st, Blobs: blobs, Stack: stack, Blob: b0}, c1, c2
+	layers := stack.Layers()
+	return &oplogtest.Layers{St: st, Blobs: blobs, Stack: stack, Blob: layers[3].(*archive.Blob)},
+		layers[1].(*archive.Compressed), layers[2].(*archive.Compressed)
 }
 
 func TestOplog_IndexReusedBetweenCompressedLevelsFailsAndLosesNothing(t *testing.T) {

@@ -29,19 +29,11 @@ func NewLayers(t testing.TB, st is.Storage, blobs archive.BlobStore) *Layers {
 	if blobs == nil {
 		blobs = memory.NewBlobStore()
 	}
-	c1, err := archive.NewCompressed(st, 1)
+	stack, err := archive.DefaultStack(st, blobs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b0, err := archive.NewBlob(blobs, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stack, err := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Layers{St: st, Blobs: blobs, Stack: stack, Blob: b0}
+	return &Layers{St: st, Blobs: blobs, Stack: stack, Blob: stack.Layers()[2].(*archive.Blob)}
 }
 
 // payload is entry i's content: its index, padded to a size that varies with it.

@@ -29,12 +29,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/backends/postgres"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/faultproxy"
-	"github.com/stratalog/strata/internal/sidecar"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
 	"github.com/stratalog/strata/sweeper"
@@ -393,7 +393,7 @@ func (b *bench) scenarioA(ctx context.Context, sweepOn, durableRoute bool) (RunA
 		return RunA{}, err
 	}
 	defer removeBlobs()
-	stack, err := sidecar.BuildStack(st, blobs, 1)
+	stack, err := archive.DefaultStack(st, blobs, nil)
 	if err != nil {
 		return RunA{}, err
 	}
@@ -569,11 +569,11 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		return RunB{}, err
 	}
 	defer removeBlobs()
-	execStack, err := sidecar.BuildStack(shared, blobs, 1)
+	execStack, err := archive.DefaultStack(shared, blobs, nil)
 	if err != nil {
 		return RunB{}, err
 	}
-	sweepStack, err := sidecar.BuildStack(sweepView, blobs, 1)
+	sweepStack, err := archive.DefaultStack(sweepView, blobs, nil)
 	if err != nil {
 		return RunB{}, err
 	}
