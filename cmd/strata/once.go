@@ -68,33 +68,52 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 	}
 	o.ran = true
 	o.unarchived = 0
-	for _, rr := range rep.Routes {
-		o.unarchived += rr.Unarchived
-	}
 	progress, failures, budgetBound := false, 0, false
 	for _, rr := range rep.Routes {
+		o.unarchived += rr.Unarchived
 		budgetBound = budgetBound || rr.Truncated == sweeper.ReasonArchiveBudget
-		o.storageErrors += rr.Errors
-		failures += rr.Errors + rr.Outcomes[sweeper.OutcomeUnreadable] + rr.Outcomes[sweeper.OutcomeArchiveFailed]
-		if rr.Scanned > 0 || rr.PassCompleted || rr.Outcomes[sweeper.OutcomeArchived] > 0 || rr.Outcomes[sweeper.OutcomeDeclined] > 0 {
-			progress = true
-		}
-		if rr.PassCompleted {
-			o.completed[rr.Route]++
-		}
-		for _, u := range rr.Unreadable {
-			id := [2]string{u.Route, u.Where}
-			switch {
-			case o.seen[id]:
-			case len(o.unreadableKeys) < sweeper.MaxUnreadableListed:
-				o.seen[id] = true
-				o.unreadableKeys = append(o.unreadableKeys, u)
-			default:
-				o.seen[id] = true
-				o.moreUnreadable++
-			}
-		}
+		p, f := o.route(rr)
+		progress, failures = progress || p, failures+f
 	}
+	o.stopped = o.verdict(rep, progress, failures, budgetBound)
+	if o.stopped == stopStuck {
+		o.stuckTick = o.ticks
+	}
+	return o.stopped != keepGoing
+}
+
+// route takes one route's report of a tick that ran: whether the route made progress, and how many
+// failures it had.
+func (o *onceSweep) route(rr sweeper.RouteReport) (progress bool, failures int) {
+	o.storageErrors += rr.Errors
+	failures = rr.Errors + rr.Outcomes[sweeper.OutcomeUnreadable] + rr.Outcomes[sweeper.OutcomeArchiveFailed]
+	progress = rr.Scanned > 0 || rr.PassCompleted || rr.Outcomes[sweeper.OutcomeArchived] > 0 || rr.Outcomes[sweeper.OutcomeDeclined] > 0
+	if rr.PassCompleted {
+		o.completed[rr.Route]++
+	}
+	for _, u := range rr.Unreadable {
+		o.noteUnreadable(u)
+	}
+	return progress, failures
+}
+
+// noteUnreadable lists u once, among the first sweeper.MaxUnreadableListed distinct keys, or counts it
+// past them.
+func (o *onceSweep) noteUnreadable(u sweeper.UnreadableKey) {
+	id := [2]string{u.Route, u.Where}
+	switch {
+	case o.seen[id]:
+	case len(o.unreadableKeys) < sweeper.MaxUnreadableListed:
+		o.seen[id] = true
+		o.unreadableKeys = append(o.unreadableKeys, u)
+	default:
+		o.seen[id] = true
+		o.moreUnreadable++
+	}
+}
+
+// verdict decides, after a tick that ran, whether the run stops and why.
+func (o *onceSweep) verdict(rep sweeper.Report, progress bool, failures int, budgetBound bool) onceStop {
 	// A route cut by its archive budget has agents through the gate waiting for the next tick, even
 	// after its second pass: go on until no tick is.
 	done := !budgetBound
@@ -103,13 +122,13 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 	}
 	switch {
 	case done:
-		o.stopped = stopDone
+		return stopDone
 	case !progress && failures > 0:
-		o.stopped, o.stuckTick = stopStuck, o.ticks
+		return stopStuck
 	case o.ticks >= o.maxTicks:
-		o.stopped = stopMaxTicks
+		return stopMaxTicks
 	}
-	return o.stopped != keepGoing
+	return keepGoing
 }
 
 // wait is how long to wait after the tick rep (observed last) before the next one. The quiet gate needs

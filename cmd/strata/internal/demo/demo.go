@@ -81,20 +81,12 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	}
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 
-	cfg := config.Default()
-	cfg.Storage.URL = "sqlite:" + filepath.Join(opts.Dir, "strata.db")
-	cfg.Schedule.URL = cfg.Storage.URL
-	cfg.Blob.URL = "fs:" + filepath.Join(opts.Dir, "blobs")
-	if opts.BlobURL != "" {
-		cfg.Blob.URL = opts.BlobURL
-	}
-	cfg.Sweep.Interval = 250 * time.Millisecond
+	cfg := demoConfig(opts)
 	sc, err := sidecar.Open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return Summary{}, err
 	}
 	defer sc.Close()
-	stack := sc.Stack()
 	sc.SetAssignment(sweeper.Assignment{ShardCount: 1, Shards: []int{0}})
 	registrar := &schedule.Registrar{Store: sc.Schedules(), SweepEnabled: func() bool { return cfg.Sweep.Enabled },
 		ArchiveInterval: cfg.Schedule.ArchiveInterval}
@@ -102,112 +94,17 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	fmt.Fprintf(out, "strata demo: %d ephemeral invocations in %s, blobs in %s, %.0f%% of teardown drains lost (seed %d)\n",
 		opts.Invocations, opts.Dir, redact.URL(cfg.Blob.URL), opts.LoseRate*100, seed)
 
-	// The executor: each invocation is a fresh agent that writes its entries straight into compressed
-	// level 1, takes the registration hook (which, with the sweep on, writes nothing), and tears down
-	// with a detached drain that is sometimes lost.
-	run := fmt.Sprintf("%x", rng.Uint32())
-	invs := make([]invocation, opts.Invocations)
-	for i := range invs {
-		invs[i] = invocation{
-			agent:   oplog.AgentID{Component: "demo-shop", Name: fmt.Sprintf("cart/%s/%04d", run, i)},
-			entries: 1 + rng.IntN(opts.MaxEntries),
-			lost:    rng.Float64() < opts.LoseRate,
-			think:   time.Duration(10+rng.IntN(60)) * time.Millisecond,
-		}
-	}
-	var (
-		mu       sync.Mutex
-		resident = map[oplog.AgentID]bool{}
-		done     atomic.Int64
-		lost     atomic.Int64
-		firstErr error
-	)
-	publish := func() {
-		set := make([]oplog.AgentID, 0, len(resident))
-		for a := range resident {
-			set = append(set, a)
-		}
-		sc.SetResident(set)
-	}
-	// The executor runs in the background while the sweep ticks beside it, as the sidecar would: the
-	// sweep sees running agents as resident and leaves them alone.
-	executorDone := make(chan struct{})
-	go func() {
-		defer close(executorDone)
-		sem := make(chan struct{}, max(opts.Concurrency, 1))
-		var wg sync.WaitGroup
-		for _, inv := range invs {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				mu.Lock()
-				resident[inv.agent] = true
-				publish()
-				mu.Unlock()
-				err := invoke(ctx, stack, registrar, inv)
-				mu.Lock()
-				delete(resident, inv.agent)
-				publish()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				if inv.lost {
-					lost.Add(1)
-				}
-				done.Add(1)
-			})
-		}
-		wg.Wait()
-	}()
-
+	invs := plan(rng, opts)
+	ex := &executor{sc: sc, registrar: registrar, resident: map[oplog.AgentID]bool{}}
+	executorDone := ex.start(ctx, invs, opts.Concurrency)
 	sum := Summary{Invocations: len(invs)}
-	finished := false
-	for {
-		if !finished {
-			select {
-			case <-executorDone:
-				finished = true
-				mu.Lock()
-				err := firstErr
-				mu.Unlock()
-				if err != nil {
-					return sum, fmt.Errorf("executor: %w", err)
-				}
-				sum.Stranded = int(lost.Load())
-				fmt.Fprintf(out, "  executor: all %d invocations done; %d teardown drains were lost, stranding their oplogs\n",
-					len(invs), sum.Stranded)
-			default:
-			}
-		}
-		left, err := strandedLeft(ctx, stack, invs)
-		if err != nil {
-			return sum, err
-		}
-		if finished && left == 0 {
-			break
-		}
-		if sum.Ticks >= 400 {
-			return sum, fmt.Errorf("%d oplogs still stranded after %d ticks", left, sum.Ticks)
-		}
-		rep := sc.Sweeper().SweepOnce(ctx)
-		sum.Ticks++
-		for _, rr := range rep.Routes {
-			sum.BytesMoved += rr.Bytes
-		}
-		sum.Archived += rep.Outcomes[sweeper.OutcomeArchived]
-		fmt.Fprintf(out, "  sweep tick %2d: executor %3d/%d done | scanned %3d: resident %3d, waiting %3d, archived %3d\n",
-			sum.Ticks, done.Load(), len(invs), scanned(rep), rep.Outcomes[sweeper.OutcomeResident],
-			rep.Outcomes[sweeper.OutcomeWaiting], rep.Outcomes[sweeper.OutcomeArchived])
-		if ctx.Err() != nil {
-			return sum, ctx.Err()
-		}
-		time.Sleep(cfg.Sweep.Interval) // the quiet gate wants the next pass to be a little later
+	if err := sweepUntilArchived(ctx, out, sc, cfg.Sweep.Interval, ex, executorDone, invs, &sum); err != nil {
+		return sum, err
 	}
 
 	// Verification: every invocation, drained by its teardown or by the sweep, reads back exactly once.
 	for _, inv := range invs {
-		if err := verify(ctx, stack, inv); err != nil {
+		if err := verify(ctx, sc.Stack(), inv); err != nil {
 			sum.Mismatches++
 			fmt.Fprintf(out, "  MISMATCH %s: %v\n", inv.agent, err)
 		}
@@ -220,6 +117,163 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return sum, fmt.Errorf("%w: %d of %d invocations", ErrVerification, sum.Mismatches, sum.Invocations)
 	}
 	return sum, nil
+}
+
+// demoConfig is the sidecar's configuration of a demo run: SQLite and a filesystem blob store in
+// opts.Dir (or opts.BlobURL), and a short sweep interval.
+func demoConfig(opts Options) config.Config {
+	cfg := config.Default()
+	cfg.Storage.URL = "sqlite:" + filepath.Join(opts.Dir, "strata.db")
+	cfg.Schedule.URL = cfg.Storage.URL
+	cfg.Blob.URL = "fs:" + filepath.Join(opts.Dir, "blobs")
+	if opts.BlobURL != "" {
+		cfg.Blob.URL = opts.BlobURL
+	}
+	cfg.Sweep.Interval = 250 * time.Millisecond
+	return cfg
+}
+
+// plan is the run's invocations: each a fresh agent with its entries, think time, and whether its
+// teardown drain is lost.
+func plan(rng *rand.Rand, opts Options) []invocation {
+	run := fmt.Sprintf("%x", rng.Uint32())
+	invs := make([]invocation, opts.Invocations)
+	for i := range invs {
+		invs[i] = invocation{
+			agent:   oplog.AgentID{Component: "demo-shop", Name: fmt.Sprintf("cart/%s/%04d", run, i)},
+			entries: 1 + rng.IntN(opts.MaxEntries),
+			lost:    rng.Float64() < opts.LoseRate,
+			think:   time.Duration(10+rng.IntN(60)) * time.Millisecond,
+		}
+	}
+	return invs
+}
+
+// executor runs the invocations: each writes its entries straight into compressed level 1, takes the
+// registration hook (which, with the sweep on, writes nothing), and tears down with a detached drain
+// that is sometimes lost. While one runs its agent is resident, so that the sweep leaves it alone.
+type executor struct {
+	sc        *sidecar.Sidecar
+	registrar *schedule.Registrar
+	done      atomic.Int64 // invocations finished
+	lost      atomic.Int64 // of them, those whose teardown drain was lost
+
+	mu       sync.Mutex // guards resident and firstErr
+	resident map[oplog.AgentID]bool
+	firstErr error
+}
+
+// start runs invs in the background, at most concurrency at once, and closes the channel it returns
+// when all are done.
+func (ex *executor) start(ctx context.Context, invs []invocation, concurrency int) <-chan struct{} {
+	executorDone := make(chan struct{})
+	go func() {
+		defer close(executorDone)
+		sem := make(chan struct{}, max(concurrency, 1))
+		var wg sync.WaitGroup
+		for _, inv := range invs {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				ex.run(ctx, inv)
+			})
+		}
+		wg.Wait()
+	}()
+	return executorDone
+}
+
+// run is one invocation, its agent resident while it runs.
+func (ex *executor) run(ctx context.Context, inv invocation) {
+	ex.setResident(inv.agent, true)
+	err := invoke(ctx, ex.sc.Stack(), ex.registrar, inv)
+	ex.setResident(inv.agent, false)
+	if err != nil {
+		ex.mu.Lock()
+		if ex.firstErr == nil {
+			ex.firstErr = err
+		}
+		ex.mu.Unlock()
+	}
+	if inv.lost {
+		ex.lost.Add(1)
+	}
+	ex.done.Add(1)
+}
+
+// setResident marks agent resident or not and publishes the resident set to the sidecar.
+func (ex *executor) setResident(agent oplog.AgentID, resident bool) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if resident {
+		ex.resident[agent] = true
+	} else {
+		delete(ex.resident, agent)
+	}
+	set := make([]oplog.AgentID, 0, len(ex.resident))
+	for a := range ex.resident {
+		set = append(set, a)
+	}
+	ex.sc.SetResident(set)
+}
+
+func (ex *executor) err() error {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.firstErr
+}
+
+// maxDemoTicks bounds the sweep ticks of a run.
+const maxDemoTicks = 400
+
+// sweepUntilArchived ticks the sweep beside the executor, as the sidecar would, until the executor is
+// done and no invocation's oplog is left in compressed level 1, adding to sum what it saw.
+func sweepUntilArchived(ctx context.Context, out io.Writer, sc *sidecar.Sidecar, interval time.Duration, ex *executor,
+	executorDone <-chan struct{}, invs []invocation, sum *Summary) error {
+	finished := false
+	for {
+		if !finished {
+			select {
+			case <-executorDone:
+				finished = true
+				if err := ex.err(); err != nil {
+					return fmt.Errorf("executor: %w", err)
+				}
+				sum.Stranded = int(ex.lost.Load())
+				fmt.Fprintf(out, "  executor: all %d invocations done; %d teardown drains were lost, stranding their oplogs\n",
+					len(invs), sum.Stranded)
+			default:
+			}
+		}
+		left, err := strandedLeft(ctx, sc.Stack(), invs)
+		if err != nil {
+			return err
+		}
+		if finished && left == 0 {
+			return nil
+		}
+		if sum.Ticks >= maxDemoTicks {
+			return fmt.Errorf("%d oplogs still stranded after %d ticks", left, sum.Ticks)
+		}
+		tick(ctx, out, sc, sum, ex.done.Load(), len(invs))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(interval) // the quiet gate wants the next pass to be a little later
+	}
+}
+
+// tick runs one sweep pass, adds it to sum, and prints it.
+func tick(ctx context.Context, out io.Writer, sc *sidecar.Sidecar, sum *Summary, done int64, invocations int) {
+	rep := sc.Sweeper().SweepOnce(ctx)
+	sum.Ticks++
+	for _, rr := range rep.Routes {
+		sum.BytesMoved += rr.Bytes
+	}
+	sum.Archived += rep.Outcomes[sweeper.OutcomeArchived]
+	fmt.Fprintf(out, "  sweep tick %2d: executor %3d/%d done | scanned %3d: resident %3d, waiting %3d, archived %3d\n",
+		sum.Ticks, done, invocations, scanned(rep), rep.Outcomes[sweeper.OutcomeResident],
+		rep.Outcomes[sweeper.OutcomeWaiting], rep.Outcomes[sweeper.OutcomeArchived])
 }
 
 func payload(a oplog.AgentID, i int) []byte { return fmt.Appendf(nil, "%s step %d", a.Name, i) }
