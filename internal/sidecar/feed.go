@@ -72,17 +72,17 @@ func (f *feed) standDown() (reason, detail string) {
 // residency.ttl.
 const StandDownResidencyStale = "residency_stale"
 
-// ownedBuckets is the scheduler's callback: the bucket ranges of the assignment's shards under its
-// shard count, while the assignment is usable. Read at every claim, so a new shard count takes effect
-// at the next claim and no row is stranded by it.
-func (f *feed) ownedBuckets() []oplog.BucketRange {
+// ownedShards is the assignment as the scheduler reads it at every claim (schedule.OwnedShards turns
+// it into bucket ranges): the shards under their shard count, while the assignment is usable. Read at
+// every claim, so a new shard count takes effect at the next claim and no row is stranded by it.
+func (f *feed) ownedShards() (count int, shards []int, assigned bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	a := f.assignment
 	if !f.assigned || a.ShardCount < 1 || (!a.LeaseUntil.IsZero() && !f.now().Before(a.LeaseUntil)) {
-		return nil
+		return 0, nil, false
 	}
-	return oplog.ShardsBuckets(a.ShardCount, a.Shards)
+	return a.ShardCount, a.Shards, true
 }
 
 // feedStatus is the feed as /v1/status shows it.

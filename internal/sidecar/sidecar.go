@@ -131,7 +131,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 	handler := &schedule.ArchiveHandler{Stack: s.stack, Store: s.schedules}
 	schedCfg := cfg.ScheduleConfig(owner())
 	schedCfg.MeterProvider = s.provider
-	if s.scheduler, err = schedule.NewScheduler(s.schedules, handler.Run, s.feed.ownedBuckets, schedCfg, log.With("component", "scheduler")); err != nil {
+	if s.scheduler, err = schedule.NewScheduler(s.schedules, handler.Run, schedule.OwnedShards(s.feed.ownedShards), schedCfg, log.With("component", "scheduler")); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -299,7 +299,7 @@ func (b *bench) proxy() (*faultproxy.Proxy, error) {
 	if b.pg.Port() == "" {
 		host += ":5432"
 	}
-	return faultproxy.Start("127.0.0.1:0", host)
+	return faultproxy.Start("127.0.0.1:0", host, faultproxy.WithLogger(b.log))
 }
 
 // timeline runs the three phases, injecting the latency during the fault, and reports progress.
