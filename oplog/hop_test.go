@@ -211,3 +211,37 @@ func TestHop_ReusedIndexAppendsAndDropsNothing(t *testing.T) {
 		t.Fatalf("source holds %d, target %d: want 5 and 3, untouched", len(src.held), len(dst.held))
 	}
 }
+
+func TestHop_CallsOfItsOtherShapes(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		src, dst  []Entry
+		withBelow bool // a layer under the target, so that the source is looked at again in step 2
+		want      []string
+	}{
+		// Into the bottom layer, nothing moves on from the target: its last index alone says what is below.
+		{"into the bottom", hopEntries(1, 5), nil, false, []string{"src.Read", "dst.LastIndex", "dst.Append", "src.DropPrefix"}},
+		// A source that holds only entries already below is verified, then dropped once, after its last batch.
+		{"all below already", hopEntries(1, 3), hopEntries(1, 3), true, []string{"src.Read", "src.FirstIndex", "dst.LastIndex", "dst.Read", "src.DropPrefix"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var log []string
+			rec := func(l Layer) Layer { return &recording{Layer: l, log: &log} }
+			below := []Layer{rec(newMemLayer("dst", c.dst...))}
+			if c.withBelow {
+				below = append(below, rec(newMemLayer("bottom")))
+			}
+			src := newMemLayer("src", c.src...)
+			h := newHop(AgentID{Component: "c", Name: "a"}, Durable, rec(src), below, c.src[len(c.src)-1].Index, nil)
+			if _, err := h.run(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(log, c.want) {
+				t.Fatalf("calls:\n got %q\nwant %q", log, c.want)
+			}
+			if len(src.held) != 0 {
+				t.Fatalf("the source still holds %d entries", len(src.held))
+			}
+		})
+	}
+}

@@ -230,7 +230,8 @@ type Step struct {
 }
 
 // ArchiveStep moves the entries of the topmost layer that holds any (other than the bottom) one layer
-// down, and reports what moved and whether another hop remains:
+// down, and reports what moved and whether another hop remains. The hop (hop.go, whose methods are
+// these steps in this order):
 //
 //  1. Read the source from index 1 in batches of at most one chunk.
 //  2. After each read, T = the target's last index (0 if none), raised to the end of the part of the
