@@ -21,15 +21,20 @@ func TestBinary_StrandedOplogsAreArchivedAfterTwoSweeps(t *testing.T) {
 	agents := strandAgents(t, stack, 6, 20)
 	p := start(t, d)
 	feed(t, p, "")
-	var report map[string]any
+	// The sidecar also ticks on its own once the feed arrives, so which pass archives is not the test's
+	// to choose: two requested passes come after at least two passes in all, and the gate needs two.
+	// What moved is read from the layers and the counter, not from one report.
+	archived := 0.0
 	for range 2 {
+		var report struct{ Outcomes map[string]float64 }
 		code, body := p.Call(t, "POST", "/v1/sweep", "", "")
 		if code != 200 || json.Unmarshal([]byte(body), &report) != nil {
 			t.Fatalf("sweep: %d %s", code, body)
 		}
+		archived += report.Outcomes["archived"]
 	}
-	if n := report["outcomes"].(map[string]any)["archived"]; n != float64(6) {
-		t.Fatalf("second sweep archived %v, want 6: %v", n, report)
+	if archived > 6 {
+		t.Fatalf("the two sweeps report %v archived, more than the 6 agents", archived)
 	}
 	if got := requireWhole(t, stack, agents, 20); got != 6 {
 		t.Fatalf("%d of 6 agents in the blob layer", got)
