@@ -1,0 +1,144 @@
+package storagetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// operation is one call of the Storage interface on ctx, reduced to its error.
+type operation struct {
+	name  string
+	write bool
+	call  func(ctx context.Context, st is.Storage) error
+}
+
+// operations calls every method of the Storage interface once on (ns, "k"); the writes would change
+// an index holding ids 1..3 (each adds, drops or deletes something).
+func operations() []operation {
+	return []operation{
+		{"Exists", false, func(ctx context.Context, st is.Storage) error { _, err := st.Exists(ctx, ns, "k"); return err }},
+		{"Length", false, func(ctx context.Context, st is.Storage) error { _, err := st.Length(ctx, ns, "k"); return err }},
+		{"Read", false, func(ctx context.Context, st is.Storage) error { _, err := st.Read(ctx, ns, "k", 0, is.MaxID); return err }},
+		{"First", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.First(ctx, ns, "k"); return err }},
+		{"Last", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.Last(ctx, ns, "k"); return err }},
+		{"LastID", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.LastID(ctx, ns, "k"); return err }},
+		{"Closest", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.Closest(ctx, ns, "k", 2); return err }},
+		{"Scan", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.Scan(ctx, ns, "", 0, 10); return err }},
+		{"ScanStable", false, func(ctx context.Context, st is.Storage) error {
+			_, err := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10)
+			return err
+		}},
+		{"Append", true, func(ctx context.Context, st is.Storage) error { return st.Append(ctx, ns, "k", 4, value("k", 4)) }},
+		{"AppendMany", true, func(ctx context.Context, st is.Storage) error {
+			return st.AppendMany(ctx, ns, "k", []is.Entry{{ID: 4, Value: value("k", 4)}, {ID: 5, Value: value("k", 5)}})
+		}},
+		{"AppendManyNewIndex", true, func(ctx context.Context, st is.Storage) error {
+			return st.AppendMany(ctx, ns, "new", []is.Entry{{ID: 1, Value: value("new", 1)}})
+		}},
+		{"DropPrefix", true, func(ctx context.Context, st is.Storage) error { _, err := st.DropPrefix(ctx, ns, "k", 2); return err }},
+		{"Delete", true, func(ctx context.Context, st is.Storage) error { return st.Delete(ctx, ns, "k") }},
+	}
+}
+
+// testCancel checks what a caller that gave up gets back: its own context's error, never ErrTransient
+// (a retry loop would retry what its caller abandoned), and a write it gave up on before calling is
+// all or nothing. A backend may finish an operation whose context is already done (an in-process
+// engine has nothing to interrupt); what it must not do is fail it with another error, or fail it
+// after applying it (go-cloud's drivertest checks the same of a cancelled blob write).
+func testCancel(t *testing.T, h Harness) {
+	cancelled := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		return ctx
+	}
+	expired := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Hour))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	for _, c := range []struct {
+		name string
+		ctx  func(t *testing.T) context.Context
+		want error
+	}{{"Canceled", cancelled, context.Canceled}, {"DeadlineExceeded", expired, context.DeadlineExceeded}} {
+		for _, op := range operations() {
+			t.Run(c.name+"/"+op.name, func(t *testing.T) {
+				f := newFixture(t, h)
+				f.append(ns, "k", 1, 2, 3)
+				err := op.call(c.ctx(t), f.st)
+				if err != nil && (!errors.Is(err, c.want) || is.IsTransient(err)) {
+					t.Fatalf("%s with a context already done: %v; want an error matching %v and not ErrTransient", op.name, err, c.want)
+				}
+				if op.write {
+					f.requireAllOrNothing(op, err)
+				}
+			})
+		}
+	}
+}
+
+// requireAllOrNothing checks, with a live context, that op, called on (ns, "k") holding 1..3 and
+// returning err, changed the storage as it says if err is nil and left it as it was if not.
+func (f *fixture) requireAllOrNothing(op operation, err error) {
+	f.t.Helper()
+	was := map[string][]uint64{"k": {1, 2, 3}}
+	if err == nil {
+		switch op.name {
+		case "Append":
+			was["k"] = []uint64{1, 2, 3, 4}
+		case "AppendMany":
+			was["k"] = []uint64{1, 2, 3, 4, 5}
+		case "AppendManyNewIndex":
+			was["new"] = []uint64{1}
+		case "DropPrefix":
+			was["k"] = []uint64{3}
+		case "Delete":
+			delete(was, "k")
+		}
+	}
+	what := op.name + " that failed with the caller's context error"
+	if err == nil {
+		what = op.name + " that returned nil under a context already done"
+	}
+	for _, key := range []string{"k", "new"} {
+		requireIDs(f.t, f.ids(ns, key), was[key], what+": ids of "+key)
+		if f.exists(ns, key) != (len(was[key]) > 0) {
+			f.t.Fatalf("%s: Exists(%q) is %v, want %v", what, key, !(len(was[key]) > 0), len(was[key]) > 0)
+		}
+	}
+	want := make([]string, 0, len(was))
+	for key := range was {
+		want = append(want, key)
+	}
+	slices.Sort(want)
+	if got := keySet(f.walk(ns, "", 10, nil)); !slices.Equal(got, want) {
+		f.t.Fatalf("%s: ScanStable %q, want %q", what, got, want)
+	}
+}
+
+// testUnreachable checks that a server that refuses the connection is a transient failure, worth a
+// retry once it is back: when opening, or on every operation of a Storage opened without a
+// connection.
+func testUnreachable(t *testing.T, h Harness) {
+	if h.Unreachable == nil {
+		t.Skip("the harness has no Unreachable: the backend reaches no server")
+	}
+	st, err := h.Unreachable(t)
+	if err != nil {
+		if !is.IsTransient(err) {
+			t.Fatalf("opening against a port nothing listens on: %v, want an error matching ErrTransient", err)
+		}
+		return
+	}
+	ctx := t.Context()
+	for _, op := range operations() {
+		if err := op.call(ctx, st); !is.IsTransient(err) {
+			t.Errorf("%s against a port nothing listens on: %v, want an error matching ErrTransient", op.name, err)
+		}
+	}
+}
