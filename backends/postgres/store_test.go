@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/stratalog/strata/backends/postgres"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
+	"github.com/stratalog/strata/test/backendtest"
 )
 
 const testNS = "test/ns"
@@ -160,26 +160,9 @@ func requireMigratedOnce(t *testing.T, st *postgres.Store) {
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-func TestNew_ConnectionRefusedIsTransient(t *testing.T) {
-	url := "postgres://postgres@" + closedAddr(t) + "/test?sslmode=disable&connect_timeout=5"
-	_, err := postgres.New(t.Context(), postgres.Config{ConnString: url})
-	if !errors.Is(err, is.ErrTransient) {
-		t.Fatalf("New against a closed port: %v, want ErrTransient", err)
-	}
-	_, err = postgres.Open(t.Context(), url+"&max_concurrent_ops=2&schema=s")
+func TestOpen_ConnectionRefusedIsTransient(t *testing.T) {
+	url := "postgres://postgres@" + backendtest.ClosedAddr(t) + "/test?sslmode=disable&connect_timeout=5"
+	_, err := postgres.Open(t.Context(), url+"&max_concurrent_ops=2&schema=s")
 	if !errors.Is(err, is.ErrTransient) {
 		t.Fatalf("Open against a closed port: %v, want ErrTransient", err)
 	}
