@@ -209,7 +209,7 @@ func Postgres() Backend {
 func Redis() Backend {
 	b := redisBackend("redis", testenv.RedisURL, testenv.RedisPrefix)
 	b.Unreachable = func(tb testing.TB) (is.Storage, error) {
-		client := goredis.NewClient(&goredis.Options{Addr: ClosedAddr(tb), MaxRetries: -1})
+		client := goredis.NewClient(&goredis.Options{Addr: ClosedAddr(tb), MaxRetries: -1, DialerRetries: 1})
 		return closing(tb, redis.New(client, "p:")), nil
 	}
 	return b
@@ -220,7 +220,7 @@ func Redis() Backend {
 func RedisCluster() Backend {
 	b := redisBackend("redis-cluster", testenv.RedisClusterURL, testenv.RedisClusterPrefix)
 	b.Unreachable = func(tb testing.TB) (is.Storage, error) {
-		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{ClosedAddr(tb)}, MaxRetries: -1})
+		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{ClosedAddr(tb)}, MaxRetries: -1, DialerRetries: 1})
 		return closing(tb, redis.New(client, "p:")), nil
 	}
 	return b
