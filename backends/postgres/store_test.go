@@ -207,40 +207,6 @@ func TestStore_TerminatedConnectionIsTransientAndRecovers(t *testing.T) {
 	}
 }
 
-// Append 5 and AppendMany [4, 6] over an index whose last id is 3: in either order exactly one of the
-// two conflicts. Under READ COMMITTED a guarded INSERT without the index lock lets both see 3 and both
-// succeed, leaving 4, 5, 6 — a state no order of the two produces.
-func TestAppend_RacingAppendsAboveTheSameLastIDAreSerialized(t *testing.T) {
-	st := newStore(t, testenv.PostgresSchema(t, testenv.PostgresURL(t)))
-	ctx := t.Context()
-	for round := range 150 {
-		key := fmt.Sprint("race-", round)
-		if err := st.AppendMany(ctx, testNS, key, entriesFrom(1, 3)); err != nil {
-			t.Fatal(err)
-		}
-		start := make(chan struct{})
-		var single, many error
-		var wg sync.WaitGroup
-		wg.Go(func() { <-start; single = st.Append(ctx, testNS, key, 5, nil) })
-		wg.Go(func() { <-start; many = st.AppendMany(ctx, testNS, key, []is.Entry{{ID: 4}, {ID: 6}}) })
-		close(start)
-		wg.Wait()
-		got := readIDs(t, st, key)
-		switch {
-		case single == nil && errors.Is(many, is.ErrConflict):
-			if !slices.Equal(got, []uint64{1, 2, 3, 5}) {
-				t.Fatalf("round %d: Append(5) won, ids %v", round, got)
-			}
-		case many == nil && errors.Is(single, is.ErrConflict):
-			if !slices.Equal(got, []uint64{1, 2, 3, 4, 6}) {
-				t.Fatalf("round %d: AppendMany(4, 6) won, ids %v", round, got)
-			}
-		default:
-			t.Fatalf("round %d: Append(5): %v, AppendMany(4, 6): %v, ids %v; want exactly one conflict", round, single, many, got)
-		}
-	}
-}
-
 // A drop larger than one delete batch is still one transaction: while it is under way a reader sees
 // the index whole, and a drop that fails part-way removes nothing.
 func TestDropPrefix_ManyBatchesAreOneTransaction(t *testing.T) {

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,53 +68,6 @@ func TestOpen_PathWithURICharacters(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the database is not at the path asked for: %v", err)
-	}
-}
-
-// Two stores on one file stand for two processes: the conflict check and the insert must be atomic
-// across connections too, which BEGIN IMMEDIATE gives.
-func TestTwoStoresOnOneFile_RacingAppendsAreSerialized(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "strata.db")
-	stores := []*sqlite.Store{openFile(t, path, sqlite.Options{}), openFile(t, path, sqlite.Options{SingleConnection: true})}
-	ctx := t.Context()
-	var won atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for w := range 4 {
-		st := stores[w%2]
-		wg.Go(func() {
-			for range 40 {
-				last, _, err := st.Last(ctx, "ns", "hot")
-				if err != nil {
-					errs <- err
-					return
-				}
-				switch err := st.Append(ctx, "ns", "hot", last.ID+1, nil); {
-				case err == nil:
-					won.Add(1)
-				case !errors.Is(err, is.ErrConflict):
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	entries, err := stores[0].Read(ctx, "ns", "hot", 0, is.MaxID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if int64(len(entries)) != won.Load() {
-		t.Fatalf("%d entries for %d successful appends", len(entries), won.Load())
-	}
-	for i, e := range entries {
-		if e.ID != uint64(i+1) {
-			t.Fatalf("entry %d has id %d: ids must be dense", i, e.ID)
-		}
 	}
 }
 
