@@ -15,29 +15,7 @@ import (
 
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/indexedstorage/storagetest"
-	"github.com/stratalog/strata/internal/testenv"
 )
-
-// The harness's pool holds more files than the model check's namespace ever has (keys of 1-3 bytes
-// from a 5-letter alphabet: at most 155), so the check measures the contract rather than reopening
-// files; eviction has tests of its own below.
-//
-// A walk here opens a file per key, ten times the cost of one on SQLite: the quick mode walks 200 (a
-// tenth of that, 20), the long run 500.
-func harness() storagetest.Harness {
-	walks := 500
-	if !testenv.Long() {
-		walks = 200
-	}
-	return storagetest.Harness{
-		New: func(tb testing.TB) is.Storage {
-			return open(tb, tb.TempDir(), Options{MaxOpenFiles: 256})
-		},
-		ModelWalks: walks,
-		RawWalk:    rawWalk,
-		Poison:     poison,
-	}
-}
 
 // poison overwrites the index's file with bytes that are not a database, as a disk fault or a stray
 // writer would. The file's connection is closed first: SQLite then checkpoints the WAL into the file
@@ -81,8 +59,6 @@ func closeFile(tb testing.TB, p *pool, path string) {
 		tb.Fatalf("closeFile: %s-wal holds %d bytes after the file's last connection closed", path, fi.Size())
 	}
 }
-
-func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
 
 func open(tb testing.TB, dir string, opts Options) *Store {
 	tb.Helper()
@@ -628,13 +604,6 @@ func TestFileNames_AreReversibleSafeAndOnePerKey(t *testing.T) {
 		}
 	}
 }
-
-// benchFiles is how many files the Scan benchmark walks. Bench's default of 100,000 files would take
-// several minutes to create here (about 2 ms a file with 8 writers, mostly fsyncs of new WAL files);
-// 10,000 stays far beyond the LRU, so nearly every file a walk visits is opened.
-const benchFiles = 10_000
-
-func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), benchFiles) }
 
 // BenchmarkFullPass times one whole ScanStable pass (pages of 128) as the namespace grows: ns/file
 // staying flat from 1,000 to 16,000 files is the O(F) pass (not O(F² log F / P)).

@@ -3,6 +3,7 @@ package storagetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -10,31 +11,73 @@ import (
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
-// operation is one call of the Storage interface on ctx, reduced to its error.
+// operation is one call of the Storage interface on ctx, reduced to its error. A read that returns
+// nil checks what it read of (ns, "k") holding ids 1..3, and returns a wrongResult if it is not that: a
+// backend may finish a call whose context is done, but not hand back something else (a walk that
+// passed every index over as unreadable because its context was dead, say).
 type operation struct {
 	name  string
 	write bool
 	call  func(ctx context.Context, st is.Storage) error
 }
 
+// wrongResult is what a read returned without an error that is not what (ns, "k") holds.
+type wrongResult struct{ got any }
+
+func (w wrongResult) Error() string {
+	return fmt.Sprintf("returned no error and a wrong result: %+v", w.got)
+}
+
+// checked is err, or a wrongResult of got when err is nil and ok is false.
+func checked(err error, ok bool, got any) error {
+	if err == nil && !ok {
+		return wrongResult{got}
+	}
+	return err
+}
+
 // operations calls every method of the Storage interface once on (ns, "k"); the writes would change
 // an index holding ids 1..3 (each adds, drops or deletes something).
 func operations() []operation {
 	return []operation{
-		{"Exists", false, func(ctx context.Context, st is.Storage) error { _, err := st.Exists(ctx, ns, "k"); return err }},
-		{"Length", false, func(ctx context.Context, st is.Storage) error { _, err := st.Length(ctx, ns, "k"); return err }},
-		{"Read", false, func(ctx context.Context, st is.Storage) error {
-			_, err := st.Read(ctx, ns, "k", 0, is.MaxID)
-			return err
+		{"Exists", false, func(ctx context.Context, st is.Storage) error {
+			ok, err := st.Exists(ctx, ns, "k")
+			return checked(err, ok, ok)
 		}},
-		{"First", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.First(ctx, ns, "k"); return err }},
-		{"Last", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.Last(ctx, ns, "k"); return err }},
-		{"LastID", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.LastID(ctx, ns, "k"); return err }},
-		{"Closest", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.Closest(ctx, ns, "k", 2); return err }},
-		{"Scan", false, func(ctx context.Context, st is.Storage) error { _, _, err := st.Scan(ctx, ns, "", 0, 10); return err }},
+		{"Length", false, func(ctx context.Context, st is.Storage) error {
+			n, err := st.Length(ctx, ns, "k")
+			return checked(err, n == 3, n)
+		}},
+		{"Read", false, func(ctx context.Context, st is.Storage) error {
+			entries, err := st.Read(ctx, ns, "k", 0, is.MaxID)
+			return checked(err, len(entries) == 3 && entries[0].ID == 1 && entries[2].ID == 3, entries)
+		}},
+		{"First", false, func(ctx context.Context, st is.Storage) error {
+			e, ok, err := st.First(ctx, ns, "k")
+			return checked(err, ok && e.ID == 1, e)
+		}},
+		{"Last", false, func(ctx context.Context, st is.Storage) error {
+			e, ok, err := st.Last(ctx, ns, "k")
+			return checked(err, ok && e.ID == 3, e)
+		}},
+		{"LastID", false, func(ctx context.Context, st is.Storage) error {
+			id, ok, err := st.LastID(ctx, ns, "k")
+			return checked(err, ok && id == 3, id)
+		}},
+		{"Closest", false, func(ctx context.Context, st is.Storage) error {
+			e, ok, err := st.Closest(ctx, ns, "k", 2)
+			return checked(err, ok && e.ID == 2, e)
+		}},
+		// Scan's and ScanStable's pages may be empty and not done (a SCAN of a shared server), so
+		// only what a page holds is checked.
+		{"Scan", false, func(ctx context.Context, st is.Storage) error {
+			next, keys, err := st.Scan(ctx, ns, "", 0, 10)
+			return checked(err, slices.Equal(keys, []string{"k"}) || (len(keys) == 0 && next != 0), keys)
+		}},
 		{"ScanStable", false, func(ctx context.Context, st is.Storage) error {
-			_, err := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10)
-			return err
+			page, err := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10)
+			ok := len(page.Unreadable) == 0 && (slices.Equal(page.Keys, []string{"k"}) || (len(page.Keys) == 0 && !page.Done))
+			return checked(err, ok, page)
 		}},
 		{"Append", true, func(ctx context.Context, st is.Storage) error { return st.Append(ctx, ns, "k", 4, value("k", 4)) }},
 		{"AppendMany", true, func(ctx context.Context, st is.Storage) error {
@@ -75,20 +118,38 @@ func testCancel(t *testing.T, h Harness) {
 		{"DeadlineExceeded", expired, context.DeadlineExceeded, false},
 	} {
 		for _, op := range operations() {
-			t.Run(c.name+"/"+op.name, func(t *testing.T) {
-				f := newFixture(t, h)
-				f.append(ns, "k", 1, 2, 3)
-				err := op.call(c.ctx(t), f.st)
-				if err != nil && !errors.Is(err, c.want) {
-					t.Fatalf("%s with a context already done: %v; want an error matching %v", op.name, err, c.want)
+			// On a second handle too, the first call it gets: nothing opened or cached yet (a file, a
+			// connection) that would let the operation finish without looking at the context.
+			for _, fresh := range []bool{false, true} {
+				name := c.name + "/" + op.name
+				if fresh {
+					name += "/FreshHandle"
 				}
-				if c.transientFails && is.IsTransient(err) {
-					t.Fatalf("%s with a cancelled context: %v; want it not to match ErrTransient", op.name, err)
-				}
-				if op.write {
-					f.requireAllOrNothing(op, err)
-				}
-			})
+				t.Run(name, func(t *testing.T) {
+					if fresh && h.Reopen == nil {
+						t.Skip("the harness has no Reopen: the backend's storage has no second handle")
+					}
+					f := newFixture(t, h)
+					f.append(ns, "k", 1, 2, 3)
+					st := f.st
+					if fresh {
+						st = h.Reopen(t, f.st)
+					}
+					err := op.call(c.ctx(t), st)
+					if wrong := (wrongResult{}); errors.As(err, &wrong) {
+						t.Fatalf("%s with a context already done %v", op.name, err)
+					}
+					if err != nil && !errors.Is(err, c.want) {
+						t.Fatalf("%s with a context already done: %v; want an error matching %v", op.name, err, c.want)
+					}
+					if c.transientFails && is.IsTransient(err) {
+						t.Fatalf("%s with a cancelled context: %v; want it not to match ErrTransient", op.name, err)
+					}
+					if op.write {
+						f.requireAllOrNothing(op, err)
+					}
+				})
+			}
 		}
 	}
 }

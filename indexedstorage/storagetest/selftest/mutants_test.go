@@ -73,6 +73,7 @@ const (
 	bugReopenLosesEntries    bug = "reopenLosesEntries"
 	bugCancelledWriteApplied bug = "cancelledWriteApplied"
 	bugCancelIsTransient     bug = "cancelIsTransient"
+	bugDeadContextPassesOver bug = "deadContextPassesOver"
 )
 
 // mutant is one bug and what it stands for.
@@ -148,6 +149,7 @@ var mutants = []mutant{
 	{bugReopenLosesEntries, "writes stay in the handle's buffer and are never persisted: a second handle on the same storage finds it empty"},
 	{bugCancelledWriteApplied, "Append checks the caller's context after committing: it reports context.Canceled for an entry it wrote"},
 	{bugCancelIsTransient, "the caller's cancellation is classified ErrTransient, so a retry loop retries what its caller abandoned"},
+	{bugDeadContextPassesOver, "ScanStable under a dead context passes every index over as unreadable (each read's context error taken for the index's fault) instead of failing the page"},
 }
 
 // lookup returns the mutant of that name; "reference" is the store with no bug.

@@ -659,7 +659,19 @@ func (s *store) positional(ns string, r is.KeyRange, cursor uint64, count int) (
 	return next, keys, nil
 }
 
-func (s *store) ScanStable(_ context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+func (s *store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	page, err := s.scanStable(ns, r, from, count)
+	if err == nil && s.bug == bugDeadContextPassesOver && ctx.Err() != nil {
+		// Each index's read failed with the caller's context error, taken for the index's own fault.
+		for _, k := range page.Keys {
+			page.Unreadable = append(page.Unreadable, is.Unreadable{Key: k, Where: k, Err: ctx.Err()})
+		}
+		page.Keys, page.LastIDs = nil, nil
+	}
+	return page, err
+}
+
+func (s *store) scanStable(ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
