@@ -76,19 +76,12 @@ func TestStore_QueriesDoNotRelyOnSearchPath(t *testing.T) {
 	}
 }
 
-func TestNew_MigratingTwiceKeepsData(t *testing.T) {
+// A second New on a migrated schema finds the migration done (the suite's Reopen checks that the
+// entries are still there).
+func TestNew_MigratingTwiceRecordsOneMigration(t *testing.T) {
 	schema := testenv.PostgresSchema(t, testenv.PostgresURL(t))
-	first := newStore(t, schema)
-	if err := first.AppendMany(t.Context(), testNS, "k", entriesFrom(1, 3)); err != nil {
-		t.Fatal(err)
-	}
-	first.Close()
-
-	second := newStore(t, schema)
-	if got := readIDs(t, second, "k"); !slices.Equal(got, span(1, 3)) {
-		t.Fatalf("after a second New on the schema: ids %v, want 1..3", got)
-	}
-	requireMigratedOnce(t, second)
+	newStore(t, schema).Close()
+	requireMigratedOnce(t, newStore(t, schema))
 }
 
 // Processes starting together must not race on CREATE SCHEMA or CREATE TABLE: the advisory lock makes
