@@ -27,3 +27,11 @@ func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
 const benchFiles = 10_000
 
 func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), benchFiles) }
+
+// TestConformance_TinyPool runs the suite again with two files open at most, as go-cloud runs its
+// memory driver's twice: every check then evicts and reopens files under it, concurrent ones too.
+func TestConformance_TinyPool(t *testing.T) {
+	b := backendtest.MultiSQLiteWith(multisqlite.Options{MaxOpenFiles: 2})
+	b.Poison = multisqlite.Poison
+	storagetest.Run(t, b.Harness())
+}

@@ -445,29 +445,25 @@ func TestPool_OpenFilesStayWithinBound(t *testing.T) {
 }
 
 // With two files open at most and many goroutines on more keys than that, files are evicted and
-// reopened constantly under concurrent use; no write may be lost and no operation may fail.
-func TestPool_ConcurrentOperationsWithTinyPoolLoseNothing(t *testing.T) {
+// reopened constantly under concurrent use: no operation may fail, and every file goes back to the
+// pool. (That no write is lost under such a pool is the suite's, run by TestConformance_TinyPool.)
+func TestPool_ConcurrentOperationsWithTinyPoolStayWithinBound(t *testing.T) {
 	st := open(t, t.TempDir(), Options{MaxOpenFiles: 2})
 	ctx := t.Context()
 	ks := keys(6)
 	const writers, rounds = 6, 15
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+1)
-	var won [6]atomic.Int64
 	for w := range writers {
 		wg.Go(func() {
 			for r := range rounds {
-				// Writers share keys, so appends race: each id goes to exactly one of them.
 				i := (w + r) % len(ks)
 				last, _, err := st.Last(ctx, testNS, ks[i])
 				if err != nil {
 					errs <- err
 					return
 				}
-				switch err := st.Append(ctx, testNS, ks[i], last.ID+1, []byte("v")); {
-				case err == nil:
-					won[i].Add(1)
-				case !errors.Is(err, is.ErrConflict):
+				if err := st.Append(ctx, testNS, ks[i], last.ID+1, []byte("v")); err != nil && !errors.Is(err, is.ErrConflict) {
 					errs <- err
 					return
 				}
@@ -493,20 +489,6 @@ func TestPool_ConcurrentOperationsWithTinyPoolLoseNothing(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-	for i, k := range ks {
-		entries, err := st.Read(ctx, testNS, k, 0, ^uint64(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int64(len(entries)) != won[i].Load() {
-			t.Fatalf("%q holds %d entries, %d appends succeeded", k, len(entries), won[i].Load())
-		}
-		for j, e := range entries {
-			if e.ID != uint64(j+1) {
-				t.Fatalf("%q: entry %d has id %d; ids must be dense", k, j, e.ID)
-			}
-		}
 	}
 	if n := st.Stats().OpenFiles; n > 2 {
 		t.Fatalf("%d files open after every operation finished, bound 2", n)
