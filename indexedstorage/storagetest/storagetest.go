@@ -6,8 +6,13 @@
 //		storagetest.Run(t, storagetest.Harness{New: func(tb testing.TB) indexedstorage.Storage { ... }})
 //	}
 //
-// The suite is meant to be complete enough that a backend needs no other test for the contract.
-// Stricter checks run only where the backend declares them through indexedstorage.Capabilities.
+// strata's own backends take theirs from test/backendtest (Backend.Harness), the one place each
+// engine is opened for tests.
+//
+// The suite is meant to be complete enough that a backend needs no other test for the contract:
+// reopening, cancellation and a refused connection included. Stricter checks run only where the
+// backend declares them through indexedstorage.Capabilities, or where its harness supplies what they
+// need (Reopen, Unreachable, Poison).
 package storagetest
 
 import (
