@@ -54,4 +54,3 @@ func TestClassify_MapsNativeErrorsToSentinels(t *testing.T) {
 		}
 	}
 }
-

@@ -10,8 +10,8 @@ import (
 	"github.com/stratalog/strata/backends/postgres"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/indexedstorage/storagetest"
-	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/internal/testenv"
+	"github.com/stratalog/strata/test/backendtest"
 )
 
 func harness() storagetest.Harness { return backendtest.Postgres().Harness() }
