@@ -1,6 +1,8 @@
-// Package backendtest opens every storage backend for cross-backend tests: memory, SQLite,
-// multi-file SQLite, PostgreSQL, Redis and Redis Cluster, each fresh and isolated (its own file,
-// directory, schema or key prefix). PostgreSQL, Redis and Redis Cluster skip, or fail under CI=true,
+// Package backendtest opens every storage backend for tests: memory, SQLite, multi-file SQLite,
+// PostgreSQL, Redis and Redis Cluster, each fresh and isolated (its own file, directory, schema or key
+// prefix). It is each backend's one harness: cross-backend tests take Open and Reopen, and each
+// backend's conformance test runs storagetest on Backend.Harness (from an external test package,
+// since this package imports the backends). PostgreSQL, Redis and Redis Cluster skip, or fail under CI=true,
 // without their URL (internal/testenv).
 package backendtest
 
