@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
@@ -232,35 +231,6 @@ func TestUnreadableFile_OperationsFailAndLeaveItAsItWas(t *testing.T) {
 			for _, k := range []string{ks[0], ks[2]} {
 				if e, ok, err := st.Last(ctx, testNS, k); err != nil || !ok || e.ID != 2 {
 					t.Fatalf("the index beside the damaged file: Last(%q) = %d %v %v", k, e.ID, ok, err)
-				}
-			}
-		})
-	}
-}
-
-func TestScanStable_CallerCancelOrDeadlineFailsThePage(t *testing.T) {
-	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
-	defer cancel()
-	canceled, cancel := context.WithCancel(t.Context())
-	cancel()
-	for _, c := range []struct {
-		name string
-		ctx  context.Context
-		want error
-	}{{"Canceled", canceled, context.Canceled}, {"DeadlineExceeded", expired, context.DeadlineExceeded}} {
-		t.Run(c.name, func(t *testing.T) {
-			st := open(t, t.TempDir(), Options{})
-			appendAll(t, st, keys(4))
-			// The files are open and idle, and files not yet open are opened whatever the ctx: only
-			// the check on the caller's ctx keeps a dead deadline from passing every file over.
-			for _, fresh := range []bool{false, true} {
-				if fresh {
-					st = open(t, st.Dir(), Options{})
-				}
-				page, err := st.ScanStable(c.ctx, testNS, is.AllKeys, is.Resume{}, 10)
-				if !errors.Is(err, c.want) {
-					t.Fatalf("ScanStable with a dead ctx (files open before: %v) = %d keys, %d unreadable, %v; want %v",
-						!fresh, len(page.Keys), len(page.Unreadable), err, c.want)
 				}
 			}
 		})

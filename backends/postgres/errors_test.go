@@ -54,11 +54,3 @@ func TestClassify_MapsNativeErrorsToSentinels(t *testing.T) {
 		}
 	}
 }
-
-// A caller's cancellation is neither the storage's fault nor worth a retry.
-func TestClassify_CancellationIsNotTransient(t *testing.T) {
-	err := classify(fmt.Errorf("query: %w", context.Canceled))
-	if !errors.Is(err, context.Canceled) || errors.Is(err, is.ErrTransient) {
-		t.Fatalf("classify(canceled) = %v", err)
-	}
-}

@@ -5,30 +5,16 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stratalog/strata/backends/postgres"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/indexedstorage/storagetest"
 	"github.com/stratalog/strata/internal/testenv"
+	"github.com/stratalog/strata/test/backendtest"
 )
 
-func harness() storagetest.Harness {
-	return storagetest.Harness{
-		New: func(tb testing.TB) is.Storage {
-			return newStore(tb, testenv.PostgresSchema(tb, testenv.PostgresURL(tb)))
-		},
-		// Every model step is a round trip or two: these keep the package under two minutes with -race
-		// on a shared two-core machine.
-		ModelSinglePages: 4000,
-		ModelWalks:       600,
-		RawWalk:          rawWalk,
-		// No Poison: the table's types, NOT NULLs and CHECK (id > 0) refuse every row that could break
-		// the reads of one index, and what a writer can break (a dropped table, a revoked grant) breaks
-		// every index alike.
-	}
-}
+func harness() storagetest.Harness { return backendtest.Postgres().Harness() }
 
 func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
 
@@ -74,32 +60,6 @@ func newStore(tb testing.TB, schema string, configure ...func(*pgxpool.Config)) 
 }
 
 func emptySearchPath(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = "" }
-
-// rawWalk is the keyset loop a Postgres user would write without strata, on the store's own pool: keys
-// with their last id, as an archiver needs them and as ScanStable's pages carry them.
-func rawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
-	store, ok := unwrap(st)
-	if !ok {
-		return 0, fmt.Errorf("raw walk: %T is not a postgres store", st)
-	}
-	query := `SELECT key, max(id) FROM ` + store.Table() + ` WHERE namespace = $1 AND key > $2 GROUP BY key ORDER BY key LIMIT $3`
-	n, last := 0, ""
-	for {
-		rows, _ := store.Pool().Query(ctx, query, ns, last, pageSize)
-		var keys []string
-		var key string
-		var id int64
-		_, err := pgx.ForEachRow(rows, []any{&key, &id}, func() error { keys = append(keys, key); return nil })
-		if err != nil {
-			return n, err
-		}
-		n += len(keys)
-		if len(keys) < pageSize {
-			return n, nil
-		}
-		last = keys[len(keys)-1]
-	}
-}
 
 // unwrap finds the *postgres.Store under any wrappers.
 func unwrap(st is.Storage) (*postgres.Store, bool) {

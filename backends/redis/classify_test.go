@@ -52,9 +52,6 @@ func TestClassify(t *testing.T) {
 			}
 		}
 	}
-	if got := classify(context.Canceled); !errors.Is(got, context.Canceled) || errors.Is(got, is.ErrTransient) {
-		t.Errorf("a caller's cancellation is %v, want it as it is", got)
-	}
 	if err := classify(replyError(conflictCode + " 000000000000002a")); err.Error() != "conflict: an id is not above the index's last id 42" {
 		t.Errorf("conflict message: %q", err)
 	}

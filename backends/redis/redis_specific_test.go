@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/stratalog/strata/backends/redis"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
+	"github.com/stratalog/strata/test/backendtest"
 )
 
 const ns = "test/redis"
@@ -138,49 +138,14 @@ func TestConflictNamesTheLastID(t *testing.T) {
 	}
 }
 
-// closedPort returns a loopback address where nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+func TestOpen_ConnectionRefusedIsTransient(t *testing.T) {
+	st, err := redis.Open(t.Context(), "redis://"+backendtest.ClosedAddr(t)+"/0?max_retries=-1")
+	if !errors.Is(err, is.ErrTransient) {
+		t.Fatalf("Open against a closed port: %v, want ErrTransient", err)
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
+	if st != nil {
+		t.Fatal("Open returned a Store with its error")
 	}
-	return addr
-}
-
-func TestConnectionRefusedIsTransient(t *testing.T) {
-	addr := closedPort(t)
-	t.Run("Open", func(t *testing.T) {
-		st, err := redis.Open(t.Context(), "redis://"+addr+"/0?max_retries=-1")
-		if !errors.Is(err, is.ErrTransient) {
-			t.Fatalf("Open against a closed port: %v, want ErrTransient", err)
-		}
-		if st != nil {
-			t.Fatal("Open returned a Store with its error")
-		}
-	})
-	t.Run("New", func(t *testing.T) {
-		client := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
-		defer client.Close()
-		st := redis.New(client, "p:")
-		defer st.Close()
-		ctx := t.Context()
-		_, existsErr := st.Exists(ctx, ns, "k")
-		_, scanErr := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10)
-		for name, err := range map[string]error{
-			"Append":     st.Append(ctx, ns, "k", 1, nil),
-			"Exists":     existsErr,
-			"ScanStable": scanErr,
-		} {
-			if !errors.Is(err, is.ErrTransient) {
-				t.Fatalf("%s against a closed port: %v, want ErrTransient", name, err)
-			}
-		}
-	})
 }
 
 func TestOpenRejectsBadURLs(t *testing.T) {
@@ -366,7 +331,7 @@ func scanAll(t *testing.T, st *redis.Store, count int) []string {
 // On a cluster both walks read the index sets (Scan by position), so against a closed port they fail
 // only as it does; a ring, whose SCAN reaches one shard, is refused Scan.
 func TestScanOnClusterClientAndRing(t *testing.T) {
-	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{closedPort(t)}, MaxRetries: -1})
+	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{backendtest.ClosedAddr(t)}, MaxRetries: -1})
 	defer client.Close()
 	st := redis.New(client, "p:")
 	ctx := context.Background()
@@ -376,7 +341,7 @@ func TestScanOnClusterClientAndRing(t *testing.T) {
 	if _, err := st.ScanStable(ctx, ns, is.AllKeys, is.Resume{}, 10); !errors.Is(err, is.ErrTransient) {
 		t.Fatalf("ScanStable on a cluster client against a closed port: %v, want ErrTransient", err)
 	}
-	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": closedPort(t)}})
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": backendtest.ClosedAddr(t)}})
 	defer ring.Close()
 	if _, _, err := redis.New(ring, "p:").Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("Scan on a ring: %v, want ErrInvalidArgument", err)

@@ -80,6 +80,49 @@ func testConcurrency(t *testing.T, h Harness) {
 		requireIDs(t, f.ids(ns, "hot"), span(1, uint64(won)), "after racing appends")
 	})
 
+	// Two handles on one storage stand for two processes: the conflict check and the write must be
+	// atomic across them too, not only within one handle's locks or connections.
+	t.Run("RacingAppendsThroughTwoHandlesAreSerialized", func(t *testing.T) {
+		if h.Reopen == nil {
+			t.Skip("the harness has no Reopen: the backend's storage has no second handle")
+		}
+		f := newFixture(t, h)
+		handles := []is.Storage{f.st, h.Reopen(t, f.st)}
+		const writers, attempts = 4, 40
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won := 0
+		errs := make(chan error, writers)
+		for w := range writers {
+			st := handles[w%len(handles)]
+			wg.Go(func() {
+				for range attempts {
+					last, _, err := st.Last(f.ctx, ns, "hot")
+					if err != nil {
+						errs <- err
+						return
+					}
+					next := last.ID + 1
+					switch err := st.Append(f.ctx, ns, "hot", next, value("hot", next)); {
+					case err == nil:
+						mu.Lock()
+						won++
+						mu.Unlock()
+					case !errors.Is(err, is.ErrConflict):
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("racing Append through two handles: %v", err)
+		}
+		requireIDs(t, f.ids(ns, "hot"), span(1, uint64(won)), "after racing appends through two handles")
+	})
+
 	t.Run("RacingAppendManyIsAllOrNothing", func(t *testing.T) {
 		f := newFixture(t, h)
 		const writers, attempts, batch = 4, 20, 5
@@ -134,6 +177,11 @@ func testConcurrency(t *testing.T, h Harness) {
 				t.Fatalf("round %d: Append(5) err=%v and AppendMany(4, 6) err=%v; exactly one must conflict (ids now %v)",
 					round, single, many, f.ids(ns, key))
 			}
+			want := []uint64{1, 2, 3, 5}
+			if many == nil {
+				want = []uint64{1, 2, 3, 4, 6}
+			}
+			requireIDs(t, f.ids(ns, key), want, fmt.Sprintf("round %d, the winner's ids alone", round))
 		}
 	})
 

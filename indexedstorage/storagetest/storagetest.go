@@ -6,8 +6,13 @@
 //		storagetest.Run(t, storagetest.Harness{New: func(tb testing.TB) indexedstorage.Storage { ... }})
 //	}
 //
-// The suite is meant to be complete enough that a backend needs no other test for the contract.
-// Stricter checks run only where the backend declares them through indexedstorage.Capabilities.
+// strata's own backends take theirs from test/backendtest (Backend.Harness), the one place each
+// engine is opened for tests.
+//
+// The suite is meant to be complete enough that a backend needs no other test for the contract:
+// reopening, cancellation and a refused connection included. Stricter checks run only where the
+// backend declares them through indexedstorage.Capabilities, or where its harness supplies what they
+// need (Reopen, Unreachable, Poison).
 package storagetest
 
 import (
@@ -53,6 +58,20 @@ type Harness struct {
 	// that a poisoned index cannot stop a walk; a backend whose engine refuses every such value
 	// leaves it nil.
 	Poison func(tb testing.TB, st is.Storage, ns, key string)
+
+	// Reopen returns a second handle on st (a Storage New returned), opened the way a restarted
+	// process opens it: it must refer to the same storage (the same file, directory, schema or key
+	// prefix), and st stays usable beside it; it registers its cleanup with tb.Cleanup. Reopen may be
+	// called after st was closed. nil skips the checks that storage outlives its handle: a backend
+	// whose storage is its process (memory) has no second handle to give, and one that hands back st
+	// itself would prove nothing.
+	Reopen func(tb testing.TB, st is.Storage) is.Storage
+
+	// Unreachable opens the backend pointed at a loopback port nothing listens on. The open may fail,
+	// and then its error must match ErrTransient; or it may hand back a Storage whose every operation
+	// must then fail with an error matching ErrTransient. It registers any cleanup with tb.Cleanup. nil
+	// skips the check: an in-process engine (memory, SQLite files) has no server to be refused by.
+	Unreachable func(tb testing.TB) (is.Storage, error)
 }
 
 // Run runs the whole suite against the harness.
@@ -70,6 +89,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Linearizable", func(t *testing.T) { testLinearizable(t, h) })
 	t.Run("Poisoned", func(t *testing.T) { testPoisoned(t, h) })
 	t.Run("ScanDeep", func(t *testing.T) { testScanDeep(t, h) })
+	t.Run("Reopen", func(t *testing.T) { testReopen(t, h) })
+	t.Run("Cancel", func(t *testing.T) { testCancel(t, h) })
+	t.Run("Unreachable", func(t *testing.T) { testUnreachable(t, h) })
 }
 
 // testScanDeep runs the ScanStable checks, the keys' and the model's on ScanDeep, where the backend is

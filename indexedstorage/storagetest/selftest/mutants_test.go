@@ -68,6 +68,12 @@ const (
 	bugPoisonFailsPage       bug = "poisonFailsPage"
 	bugPoisonIsTransient     bug = "poisonIsTransient"
 	bugUnreadableNotAdvanced bug = "unreadableNotAdvanced"
+
+	// Handles and contexts.
+	bugReopenLosesEntries    bug = "reopenLosesEntries"
+	bugCancelledWriteApplied bug = "cancelledWriteApplied"
+	bugCancelIsTransient     bug = "cancelIsTransient"
+	bugDeadContextPassesOver bug = "deadContextPassesOver"
 )
 
 // mutant is one bug and what it stands for.
@@ -139,6 +145,11 @@ var mutants = []mutant{
 	{bugPoisonFailsPage, "one unreadable index fails the whole ScanStable page instead of being listed in Unreadable"},
 	{bugUnreadableNotAdvanced, "ScanStable's marker moves past healthy keys only: an unreadable index ending a page is handed back again on every later page"},
 	{bugPoisonIsTransient, "an unreadable index's errors are classified ErrTransient, so callers retry a read that cannot succeed"},
+
+	{bugReopenLosesEntries, "writes stay in the handle's buffer and are never persisted: a second handle on the same storage finds it empty"},
+	{bugCancelledWriteApplied, "Append checks the caller's context after committing: it reports context.Canceled for an entry it wrote"},
+	{bugCancelIsTransient, "the caller's cancellation is classified ErrTransient, so a retry loop retries what its caller abandoned"},
+	{bugDeadContextPassesOver, "ScanStable under a dead context passes every index over as unreadable (each read's context error taken for the index's fault) instead of failing the page"},
 }
 
 // lookup returns the mutant of that name; "reference" is the store with no bug.

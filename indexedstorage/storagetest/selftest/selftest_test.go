@@ -54,6 +54,11 @@ func harness(b bug) storagetest.Harness {
 		Poison: func(tb testing.TB, st is.Storage, ns, key string) {
 			st.(*store).poison(tb, ns, key)
 		},
+		Reopen: func(tb testing.TB, st is.Storage) is.Storage {
+			again := st.(*store).reopen()
+			tb.Cleanup(func() { again.Close() })
+			return again
+		},
 	}
 }
 

@@ -19,9 +19,13 @@ import (
 // the reference itself, which must pass the whole suite.
 type store struct {
 	bug bug
+	*storage
+	closed bool // guarded by storage.mu: Close of this handle
+}
 
-	mu      sync.RWMutex
-	closed  bool
+// storage is what outlives a handle: reopen hands a second store the same one.
+type storage struct {
+	mu      sync.RWMutex // guards the maps, the indexes in them and every handle's closed
 	indexes map[ident]*index
 	lastIDs map[ident]uint64 // the last id of each deleted index, in the lastIDOutlivesDelete mutant
 }
@@ -39,7 +43,15 @@ type index struct {
 }
 
 func newStore(b bug) *store {
-	return &store{bug: b, indexes: map[ident]*index{}, lastIDs: map[ident]uint64{}}
+	return &store{bug: b, storage: &storage{indexes: map[ident]*index{}, lastIDs: map[ident]uint64{}}}
+}
+
+// reopen returns a second handle on s's storage, as a restarted process opens the same file.
+func (s *store) reopen() *store {
+	if s.bug == bugReopenLosesEntries {
+		return newStore(s.bug) // the writes stayed in the first handle's buffer
+	}
+	return &store{bug: s.bug, storage: s.storage}
 }
 
 var _ is.Storage = (*store)(nil)
@@ -95,7 +107,6 @@ func (s *store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.indexes = map[ident]*index{}
 	return nil
 }
 
@@ -168,7 +179,10 @@ func (s *store) update(op, ns, key string, keepEmpty bool, fn func(old []is.Entr
 	return nil
 }
 
-func (s *store) Exists(_ context.Context, ns, key string) (exists bool, err error) {
+func (s *store) Exists(ctx context.Context, ns, key string) (exists bool, err error) {
+	if s.bug == bugCancelIsTransient && ctx.Err() != nil {
+		return false, fmt.Errorf("%w: exists: %w", is.ErrTransient, ctx.Err())
+	}
 	err = s.view("exists", ns, key, func(x *index) {
 		exists = x != nil && (len(x.entries) > 0 || s.bug == bugEmptiedIndexExists || s.bug == bugEmptyBatchCreatesIndex ||
 			s.bug == bugClosestCreatesIndex)
@@ -301,8 +315,12 @@ func (s *store) ClosestLast(ctx context.Context, ns, key string, id uint64) (clo
 	return closest, found, last, exists, err
 }
 
-func (s *store) Append(_ context.Context, ns, key string, id uint64, value []byte) error {
-	return s.appendMany(ns, key, []is.Entry{{ID: id, Value: value}}, s.bug != bugAliasAppend)
+func (s *store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
+	err := s.appendMany(ns, key, []is.Entry{{ID: id, Value: value}}, s.bug != bugAliasAppend)
+	if err == nil && s.bug == bugCancelledWriteApplied {
+		return ctx.Err() // checked after the commit, not before
+	}
+	return err
 }
 
 func (s *store) AppendMany(_ context.Context, ns, key string, batch []is.Entry) error {
@@ -641,7 +659,19 @@ func (s *store) positional(ns string, r is.KeyRange, cursor uint64, count int) (
 	return next, keys, nil
 }
 
-func (s *store) ScanStable(_ context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+func (s *store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	page, err := s.scanStable(ns, r, from, count)
+	if err == nil && s.bug == bugDeadContextPassesOver && ctx.Err() != nil {
+		// Each index's read failed with the caller's context error, taken for the index's own fault.
+		for _, k := range page.Keys {
+			page.Unreadable = append(page.Unreadable, is.Unreadable{Key: k, Where: k, Err: ctx.Err()})
+		}
+		page.Keys, page.LastIDs = nil, nil
+	}
+	return page, err
+}
+
+func (s *store) scanStable(ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, err
 	}
