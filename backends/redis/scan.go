@@ -30,14 +30,14 @@ const (
 // the database.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	marker, start, err := from.Marker()
 	if err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	if s.closed.Load() {
-		return is.Page{}, is.ErrClosed
+		return is.Page{}, fail(is.OpScanStable, ns, "", is.ErrClosed)
 	}
 	lower, exclusiveLower := r.Start, false
 	if !start {
@@ -59,7 +59,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	}
 	keys, done, err := s.scanSets(ctx, ns, rest, zr, count)
 	if err != nil {
-		return is.Page{}, fmt.Errorf("redis %s %s %v: %w", is.OpScanStable, ns, r, classify(err))
+		return is.Page{}, fail(is.OpScanStable, ns, "", fmt.Errorf("%v: %w", r, classify(err)))
 	}
 	page := is.Page{Done: true}
 	if !done {
@@ -351,23 +351,23 @@ func hexTag(bucket int) string {
 // pages through the index sets by position instead (scanSetsByPosition). A ring is refused.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
-		return 0, nil, err
+		return 0, nil, fail(is.OpScan, ns, "", err)
 	}
 	if s.closed.Load() {
-		return 0, nil, is.ErrClosed
+		return 0, nil, fail(is.OpScan, ns, "", is.ErrClosed)
 	}
 	if s.cluster {
 		return s.scanSetsByPosition(ctx, ns, prefix, cursor, count)
 	}
 	if s.noScan {
-		return 0, nil, fmt.Errorf("redis %s %s: %w: SCAN reaches one node of a ring: use ScanStable", is.OpScan, ns, is.ErrInvalidArgument)
+		return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("%w: SCAN reaches one node of a ring: use ScanStable", is.ErrInvalidArgument))
 	}
 	// A namespace is made of [A-Za-z0-9/._-] only, none of them special in a pattern; '{', '}' and '|'
 	// are not special either.
 	match := escapeGlob(s.prefix) + "{" + ns + "|*}:" + escapeGlob(prefix) + "*"
 	keys, next, err := s.client.Scan(ctx, cursor, match, int64(count)).Result()
 	if err != nil {
-		return 0, nil, fmt.Errorf("redis %s %s prefix %q: %w", is.OpScan, ns, prefix, classify(err))
+		return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("prefix %q: %w", prefix, classify(err)))
 	}
 	// Strip the Redis key down to the index key, in place. MATCH already filtered; the parse keeps a
 	// pattern's looseness ('*' may cross a '}:' inside a key) from handing back a key that is not one.
@@ -394,7 +394,7 @@ func (s *Store) scanSetsByPosition(ctx context.Context, ns, prefix string, curso
 	lo, hi := is.RangeBuckets(r)
 	pos, off := int(cursor>>32), int64(cursor&0xffffffff)
 	if pos > unbucketedPos {
-		return 0, nil, fmt.Errorf("redis %s %s: %w: cursor %d is not one this backend hands out", is.OpScan, ns, is.ErrInvalidArgument, cursor)
+		return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("%w: cursor %d is not one this backend hands out", is.ErrInvalidArgument, cursor))
 	}
 	if cursor == 0 {
 		pos = lo
@@ -431,7 +431,7 @@ func (s *Store) scanSetsByPosition(ctx context.Context, ns, prefix string, curso
 			probes = append(probes, pipe.ZRangeByLex(ctx, s.setKey(ns, tag), &zb))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, nil, fmt.Errorf("redis %s %s prefix %q: %w", is.OpScan, ns, prefix, classify(err))
+			return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("prefix %q: %w", prefix, classify(err)))
 		}
 		for i, pr := range probes {
 			got, _ := pr.Result()
