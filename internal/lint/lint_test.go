@@ -22,7 +22,7 @@ var backendErrorText = regexp.MustCompile(`(fmt\.Errorf|errors\.New)\("(memory|s
 // handWordedAllowed lists the files that may still word such errors, each with why: none of them is an
 // error of an indexed-storage operation.
 var handWordedAllowed = map[string]string{
-	"backends/memory/blob.go":       "the memory blob store: archive.BlobStore, not a Storage",
+	"backends/memory/blob.go":       "the memory blob store's choke point failBlob: archive.BlobStore, not a Storage",
 	"backends/memory/schedule.go":   "the memory schedule store: schedule.Store, not a Storage",
 	"backends/sqlite/schedule.go":   "the SQLite schedule store: schedule.Store, its own choke point fail",
 	"backends/sqlite/status.go":     "the schedule table's schema state, read before any store is open",
