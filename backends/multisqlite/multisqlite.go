@@ -221,8 +221,8 @@ func (s *Store) Close() error {
 
 // index runs fn on the file of (ns, key) after validation, under the shared lock of the file's
 // directory and on a connection to the file the path names now. Without create, a missing file is a
-// missing index: fn is not called and found is false. fn's errors carry the file store's context
-// already; a file that cannot be opened or locked gets op and the index here.
+// missing index: fn is not called and found is false. Every error, fn's (its file store's, renamed)
+// and a file's that cannot be opened or locked, goes through fail.
 func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, create bool, fn func(st *sqlite.Store) error) (found bool, err error) {
 	if err := is.ValidateIndex(ns, key); err != nil {
 		return false, fail(op, ns, key, err)
