@@ -12,6 +12,9 @@
 // errors.Is: ErrInvalidArgument, ErrConflict, ErrClosed and ErrTransient. A failure it does not
 // recognise (a table dropped under it, a server out of memory) matches none of them and is to be
 // treated as permanent: only ErrTransient is ever retried. A Storage never panics on a storage error.
+// A backend's operation returns its errors as an *OpError, made in one place per backend, naming the
+// backend, the operation (its metric label) and the index, and unwrapping to the sentinel and the
+// engine's own error.
 package indexedstorage
 
 import (

@@ -116,13 +116,29 @@ func New(bucket *blob.Bucket, name string) *Store { return &Store{bucket: bucket
 // Bucket is the gocloud bucket under the store, for tests and tools.
 func (s *Store) Bucket() *blob.Bucket { return s.bucket }
 
-var errClosed = is.Classify(is.ErrClosed, errors.New("cloudblob: store is closed"))
+var errClosed = is.Classify(is.ErrClosed, errors.New("store is closed"))
 
-func (s *Store) check(path string, isPrefix bool) error {
-	if s.closed.Load() {
-		return errClosed
+// fail is the one place an operation's error takes its shape, the storage backends' (is.OpError):
+// `cloudblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, delete, list).
+// The bucket is named where the service failed. A nil err returns nil.
+func (s *Store) fail(op, path string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return archive.ValidateBlobPath(path, isPrefix)
+	return fmt.Errorf("cloudblob %s (path %q): %w", op, path, err)
+}
+
+// failService is fail for an error of the service: classified, and naming the bucket.
+func (s *Store) failService(op, path string, err error) error {
+	return s.fail(op, path, fmt.Errorf("%s: %w", s.name, classify(err)))
+}
+
+// check refuses an operation on a closed store or a malformed path; its error has been through fail.
+func (s *Store) check(op, path string, isPrefix bool) error {
+	if s.closed.Load() {
+		return s.fail(op, path, errClosed)
+	}
+	return s.fail(op, path, archive.ValidateBlobPath(path, isPrefix))
 }
 
 // writeOptions fix the content type, so that gocloud does not buffer the first 512 bytes to sniff one,
@@ -132,25 +148,25 @@ var writeOptions = &blob.WriterOptions{ContentType: "application/octet-stream"}
 // Put uploads data as one object. The object appears whole when the upload completes; a failed or
 // cancelled upload leaves what was there before.
 func (s *Store) Put(ctx context.Context, path string, data []byte) error {
-	if err := s.check(path, false); err != nil {
+	if err := s.check("put", path, false); err != nil {
 		return err
 	}
 	if err := s.bucket.WriteAll(ctx, path, data, writeOptions); err != nil {
-		return fmt.Errorf("cloudblob: put %s in %s: %w", path, s.name, classify(err))
+		return s.failService("put", path, err)
 	}
 	return nil
 }
 
 func (s *Store) Get(ctx context.Context, path string) ([]byte, error) {
-	if err := s.check(path, false); err != nil {
+	if err := s.check("get", path, false); err != nil {
 		return nil, err
 	}
 	data, err := s.bucket.ReadAll(ctx, path)
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return nil, fmt.Errorf("%w: %s", archive.ErrBlobNotFound, path)
+		return nil, s.fail("get", path, archive.ErrBlobNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cloudblob: get %s from %s: %w", path, s.name, classify(err))
+		return nil, s.failService("get", path, err)
 	}
 	if data == nil {
 		data = []byte{}
@@ -160,12 +176,12 @@ func (s *Store) Get(ctx context.Context, path string) ([]byte, error) {
 
 // Delete removes the object; a missing one is not an error.
 func (s *Store) Delete(ctx context.Context, path string) error {
-	if err := s.check(path, false); err != nil {
+	if err := s.check("delete", path, false); err != nil {
 		return err
 	}
 	err := s.bucket.Delete(ctx, path)
 	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-		return fmt.Errorf("cloudblob: delete %s from %s: %w", path, s.name, classify(err))
+		return s.failService("delete", path, err)
 	}
 	return nil
 }
@@ -173,7 +189,7 @@ func (s *Store) Delete(ctx context.Context, path string) error {
 // List pages through every key under prefix (no delimiter: a flat listing) and returns them in
 // ascending byte order, whatever order the service used.
 func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
-	if err := s.check(prefix, true); err != nil {
+	if err := s.check("list", prefix, true); err != nil {
 		return nil, err
 	}
 	var paths []string
@@ -184,7 +200,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 			if err == io.EOF {
 				break
 			}
-			return nil, fmt.Errorf("cloudblob: list %q in %s: %w", prefix, s.name, classify(err))
+			return nil, s.failService("list", prefix, err)
 		}
 		if obj.IsDir || archive.ValidateBlobPath(obj.Key, false) != nil {
 			// Not ours: a "directory" marker or an object some other tool wrote, which no blob

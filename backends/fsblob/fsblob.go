@@ -44,14 +44,25 @@ func Open(dir string) (*Store, error) {
 // Root is the directory the store writes under.
 func (s *Store) Root() string { return s.root }
 
-var errClosed = errors.New("fsblob: store is closed")
+var errClosed = errors.New("store is closed")
 
-func (s *Store) file(path string, isPrefix bool) (string, error) {
+// fail is the one place an operation's error takes its shape, the storage backends' (is.OpError):
+// `fsblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, delete, list). A
+// nil err returns nil.
+func fail(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("fsblob %s (path %q): %w", op, path, err)
+}
+
+// file is the file of path, checked; its error has been through fail.
+func (s *Store) file(op, path string, isPrefix bool) (string, error) {
 	if s.closed.Load() {
-		return "", errClosed
+		return "", fail(op, path, errClosed)
 	}
 	if err := archive.ValidateBlobPath(path, isPrefix); err != nil {
-		return "", err
+		return "", fail(op, path, err)
 	}
 	return filepath.Join(s.root, filepath.FromSlash(path)), nil
 }
@@ -60,7 +71,7 @@ func (s *Store) file(path string, isPrefix bool) (string, error) {
 // the directory: a reader sees the old blob or the whole new one, and once Put returns the blob
 // survives a crash (the archive step drops the layer above right after).
 func (s *Store) Put(_ context.Context, path string, data []byte) error {
-	name, err := s.file(path, false)
+	name, err := s.file("put", path, false)
 	if err != nil {
 		return err
 	}
@@ -73,7 +84,7 @@ func (s *Store) Put(_ context.Context, path string, data []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("fsblob: put %s: %w", path, err)
+		return fail("put", path, err)
 	}
 	return nil
 }
@@ -114,16 +125,16 @@ func syncDir(dir string) error {
 }
 
 func (s *Store) Get(_ context.Context, path string) ([]byte, error) {
-	name, err := s.file(path, false)
+	name, err := s.file("get", path, false)
 	if err != nil {
 		return nil, err
 	}
 	data, err := os.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", archive.ErrBlobNotFound, path)
+		return nil, fail("get", path, archive.ErrBlobNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("fsblob: get %s: %w", path, err)
+		return nil, fail("get", path, err)
 	}
 	return data, nil
 }
@@ -131,12 +142,12 @@ func (s *Store) Get(_ context.Context, path string) ([]byte, error) {
 // Delete removes the blob and then whichever of its parent directories it left empty, so that drained
 // agents do not leave directories behind. Deleting a missing blob is not an error.
 func (s *Store) Delete(_ context.Context, path string) error {
-	name, err := s.file(path, false)
+	name, err := s.file("delete", path, false)
 	if err != nil {
 		return err
 	}
 	if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("fsblob: delete %s: %w", path, err)
+		return fail("delete", path, err)
 	}
 	for dir := filepath.Dir(name); dir != s.root && strings.HasPrefix(dir, s.root); dir = filepath.Dir(dir) {
 		if os.Remove(dir) != nil {
@@ -149,7 +160,7 @@ func (s *Store) Delete(_ context.Context, path string) error {
 // List walks the deepest directory the prefix names in full and returns the blob paths under it that
 // start with prefix, ascending. Temporary files (names starting with '.') are never listed.
 func (s *Store) List(_ context.Context, prefix string) ([]string, error) {
-	if _, err := s.file(prefix, true); err != nil {
+	if _, err := s.file("list", prefix, true); err != nil {
 		return nil, err
 	}
 	dirPart := ""
@@ -186,7 +197,7 @@ func (s *Store) List(_ context.Context, prefix string) ([]string, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("fsblob: list %s: %w", prefix, err)
+		return nil, fail("list", prefix, err)
 	}
 	slices.Sort(paths)
 	return paths, nil

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,12 +30,12 @@ var _ archive.BlobStore = (*BlobStore)(nil)
 
 func (s *BlobStore) Put(_ context.Context, path string, data []byte) error {
 	if err := archive.ValidateBlobPath(path, false); err != nil {
-		return err
+		return failBlob("put", path, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errBlobClosed
+		return failBlob("put", path, errBlobClosed)
 	}
 	s.blobs[path] = slices.Clone(data)
 	s.paths.ReplaceOrInsert(path)
@@ -43,28 +44,28 @@ func (s *BlobStore) Put(_ context.Context, path string, data []byte) error {
 
 func (s *BlobStore) Get(_ context.Context, path string) ([]byte, error) {
 	if err := archive.ValidateBlobPath(path, false); err != nil {
-		return nil, err
+		return nil, failBlob("get", path, err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, errBlobClosed
+		return nil, failBlob("get", path, errBlobClosed)
 	}
 	data, ok := s.blobs[path]
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", archive.ErrBlobNotFound, path)
+		return nil, failBlob("get", path, archive.ErrBlobNotFound)
 	}
 	return slices.Clone(data), nil
 }
 
 func (s *BlobStore) Delete(_ context.Context, path string) error {
 	if err := archive.ValidateBlobPath(path, false); err != nil {
-		return err
+		return failBlob("delete", path, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errBlobClosed
+		return failBlob("delete", path, errBlobClosed)
 	}
 	delete(s.blobs, path)
 	s.paths.Delete(path)
@@ -73,12 +74,12 @@ func (s *BlobStore) Delete(_ context.Context, path string) error {
 
 func (s *BlobStore) List(_ context.Context, prefix string) ([]string, error) {
 	if err := archive.ValidateBlobPath(prefix, true); err != nil {
-		return nil, err
+		return nil, failBlob("list", prefix, err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, errBlobClosed
+		return nil, failBlob("list", prefix, errBlobClosed)
 	}
 	var paths []string
 	s.paths.AscendGreaterOrEqual(prefix, func(p string) bool {
@@ -99,4 +100,10 @@ func (s *BlobStore) Close() error {
 	return nil
 }
 
-var errBlobClosed = fmt.Errorf("memory blob store is closed")
+var errBlobClosed = errors.New("blob store is closed")
+
+// failBlob is the one place a blob operation's error takes its shape, the storage backends' (is.OpError):
+// `memory <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, delete, list).
+func failBlob(op, path string, err error) error {
+	return fmt.Errorf("memory %s (path %q): %w", op, path, err)
+}

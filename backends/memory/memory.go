@@ -45,15 +45,24 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// backendName names this backend in its errors.
+const backendName = "memory"
+
+// fail is the one place this backend's errors take their shape: every error an operation returns
+// goes through it.
+func fail(op is.Operation, ns, key string, err error) error {
+	return is.NewOpError(backendName, op, ns, key, err)
+}
+
 // read runs fn under the read lock with the index's entries (nil when missing), after validation.
-func (s *Store) read(ns, key string, fn func(entries []is.Entry)) error {
+func (s *Store) read(op is.Operation, ns, key string, fn func(entries []is.Entry)) error {
 	if err := is.ValidateIndex(ns, key); err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return is.ErrClosed
+		return fail(op, ns, key, is.ErrClosed)
 	}
 	if n := s.namespaces[ns]; n != nil {
 		fn(n.indexes[key])
@@ -64,14 +73,14 @@ func (s *Store) read(ns, key string, fn func(entries []is.Entry)) error {
 }
 
 // write runs fn under the write lock; fn returns the index's new entries (empty removes the index).
-func (s *Store) write(ns, key string, fn func(entries []is.Entry) ([]is.Entry, error)) error {
+func (s *Store) write(op is.Operation, ns, key string, fn func(entries []is.Entry) ([]is.Entry, error)) error {
 	if err := is.ValidateIndex(ns, key); err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return is.ErrClosed
+		return fail(op, ns, key, is.ErrClosed)
 	}
 	n := s.namespaces[ns]
 	var old []is.Entry
@@ -80,7 +89,7 @@ func (s *Store) write(ns, key string, fn func(entries []is.Entry) ([]is.Entry, e
 	}
 	updated, err := fn(old)
 	if err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
 	switch {
 	case len(updated) == 0 && n != nil && old != nil:
@@ -100,19 +109,23 @@ func (s *Store) write(ns, key string, fn func(entries []is.Entry) ([]is.Entry, e
 }
 
 func (s *Store) Exists(_ context.Context, ns, key string) (exists bool, err error) {
-	err = s.read(ns, key, func(entries []is.Entry) { exists = len(entries) > 0 })
+	err = s.read(is.OpExists, ns, key, func(entries []is.Entry) { exists = len(entries) > 0 })
 	return exists, err
 }
 
-func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
-	return s.AppendMany(ctx, ns, key, []is.Entry{{ID: id, Value: value}})
+func (s *Store) Append(_ context.Context, ns, key string, id uint64, value []byte) error {
+	return s.appendEntries(is.OpAppend, ns, key, []is.Entry{{ID: id, Value: value}})
 }
 
 func (s *Store) AppendMany(_ context.Context, ns, key string, batch []is.Entry) error {
+	return s.appendEntries(is.OpAppendMany, ns, key, batch)
+}
+
+func (s *Store) appendEntries(op is.Operation, ns, key string, batch []is.Entry) error {
 	if err := is.ValidateBatch(batch); err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
-	return s.write(ns, key, func(entries []is.Entry) ([]is.Entry, error) {
+	return s.write(op, ns, key, func(entries []is.Entry) ([]is.Entry, error) {
 		if len(batch) == 0 {
 			return entries, nil
 		}
@@ -127,13 +140,13 @@ func (s *Store) AppendMany(_ context.Context, ns, key string, batch []is.Entry) 
 }
 
 func (s *Store) Length(_ context.Context, ns, key string) (n uint64, err error) {
-	err = s.read(ns, key, func(entries []is.Entry) { n = uint64(len(entries)) })
+	err = s.read(is.OpLength, ns, key, func(entries []is.Entry) { n = uint64(len(entries)) })
 	return n, err
 }
 
 func (s *Store) Read(_ context.Context, ns, key string, from, to uint64) (out []is.Entry, err error) {
 	lo, hi, ok := is.ClampRange(from, to)
-	err = s.read(ns, key, func(entries []is.Entry) {
+	err = s.read(is.OpRead, ns, key, func(entries []is.Entry) {
 		if !ok {
 			return
 		}
@@ -147,12 +160,13 @@ func (s *Store) Read(_ context.Context, ns, key string, from, to uint64) (out []
 	return out, err
 }
 
-func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
-	return s.Closest(ctx, ns, key, 0)
+func (s *Store) First(_ context.Context, ns, key string) (is.Entry, bool, error) {
+	e, found, _, _, err := s.closestLast(is.OpFirst, ns, key, 0)
+	return e, found, err
 }
 
 func (s *Store) Last(_ context.Context, ns, key string) (last is.Entry, found bool, err error) {
-	err = s.read(ns, key, func(entries []is.Entry) {
+	err = s.read(is.OpLast, ns, key, func(entries []is.Entry) {
 		if n := len(entries); n > 0 {
 			last, found = copyEntry(entries[n-1]), true
 		}
@@ -161,7 +175,7 @@ func (s *Store) Last(_ context.Context, ns, key string) (last is.Entry, found bo
 }
 
 func (s *Store) LastID(_ context.Context, ns, key string) (id uint64, found bool, err error) {
-	err = s.read(ns, key, func(entries []is.Entry) {
+	err = s.read(is.OpLastID, ns, key, func(entries []is.Entry) {
 		if n := len(entries); n > 0 {
 			id, found = entries[n-1].ID, true
 		}
@@ -169,14 +183,18 @@ func (s *Store) LastID(_ context.Context, ns, key string) (id uint64, found bool
 	return id, found, err
 }
 
-func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
-	e, found, _, _, err := s.ClosestLast(ctx, ns, key, id)
+func (s *Store) Closest(_ context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
+	e, found, _, _, err := s.closestLast(is.OpClosest, ns, key, id)
 	return e, found, err
 }
 
 // ClosestLast reads both under one lock (is.ClosestLastReader).
 func (s *Store) ClosestLast(_ context.Context, ns, key string, id uint64) (closest is.Entry, found bool, last uint64, exists bool, err error) {
-	err = s.read(ns, key, func(entries []is.Entry) {
+	return s.closestLast(is.OpClosestLast, ns, key, id)
+}
+
+func (s *Store) closestLast(op is.Operation, ns, key string, id uint64) (closest is.Entry, found bool, last uint64, exists bool, err error) {
+	err = s.read(op, ns, key, func(entries []is.Entry) {
 		if i := search(entries, id); i < len(entries) {
 			closest, found = copyEntry(entries[i]), true
 		}
@@ -188,7 +206,7 @@ func (s *Store) ClosestLast(_ context.Context, ns, key string, id uint64) (close
 }
 
 func (s *Store) DropPrefix(_ context.Context, ns, key string, upTo uint64) (dropped uint64, err error) {
-	err = s.write(ns, key, func(entries []is.Entry) ([]is.Entry, error) {
+	err = s.write(is.OpDropPrefix, ns, key, func(entries []is.Entry) ([]is.Entry, error) {
 		cut := search(entries, upTo+1)
 		if upTo >= is.MaxID {
 			cut = len(entries)
@@ -201,18 +219,18 @@ func (s *Store) DropPrefix(_ context.Context, ns, key string, upTo uint64) (drop
 }
 
 func (s *Store) Delete(_ context.Context, ns, key string) error {
-	return s.write(ns, key, func([]is.Entry) ([]is.Entry, error) { return nil, nil })
+	return s.write(is.OpDelete, ns, key, func([]is.Entry) ([]is.Entry, error) { return nil, nil })
 }
 
 // Scan pages by position: cursor is how many matching keys earlier calls walked past.
 func (s *Store) Scan(_ context.Context, ns, prefix string, cursor uint64, count int) (next uint64, keys []string, err error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
-		return 0, nil, err
+		return 0, nil, fail(is.OpScan, ns, "", err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return 0, nil, is.ErrClosed
+		return 0, nil, fail(is.OpScan, ns, "", is.ErrClosed)
 	}
 	skip := cursor
 	more := false
@@ -237,16 +255,16 @@ func (s *Store) Scan(_ context.Context, ns, prefix string, cursor uint64, count 
 // ScanStable seeks past the marker of the last page in the namespace's B-tree.
 func (s *Store) ScanStable(_ context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	marker, start, err := from.Marker()
 	if err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return is.Page{}, is.ErrClosed
+		return is.Page{}, fail(is.OpScanStable, ns, "", is.ErrClosed)
 	}
 	seek := r.Start
 	if !start && marker > seek {

@@ -73,36 +73,7 @@ func (s *ScheduleStore) Claim(_ context.Context, owner string, buckets []oplog.B
 		return nil, errScheduleClosed
 	}
 	now = ms(now)
-	// busy: agents one of whose rows is leased on a running lease. pick: each other agent's row to
-	// claim, its expired-leased row if it has one (never two leased rows of an agent), else its oldest.
-	busy := map[string]bool{}
-	for _, r := range s.rows {
-		if r.LeaseOwner != "" && !r.LeaseUntil.Before(now) {
-			busy[r.Action.Subject()] = true
-		}
-	}
-	pick := map[string]*schedule.Row{}
-	for _, r := range s.rows {
-		subject := r.Action.Subject()
-		leased := r.LeaseOwner != "" && !r.LeaseUntil.Before(now)
-		if r.Failed || leased || busy[subject] || !schedule.InBuckets(r.Bucket, buckets) || r.DueAt.After(now) || r.AvailableAt.After(now) {
-			continue
-		}
-		p := pick[subject]
-		switch {
-		case p == nil, p.LeaseOwner == "" && r.LeaseOwner != "":
-			pick[subject] = r
-		case (p.LeaseOwner == "") == (r.LeaseOwner == "") && compareRows(r, p) < 0:
-			pick[subject] = r
-		}
-	}
-	ready := slices.SortedFunc(func(yield func(*schedule.Row) bool) {
-		for _, r := range pick {
-			if !yield(r) {
-				return
-			}
-		}
-	}, compareRows)
+	ready := s.claimable(buckets, now)
 	var claimed []schedule.Row
 	for _, r := range ready[:min(max(limit, 0), len(ready))] {
 		takenOver := r.LeaseOwner != ""
@@ -113,6 +84,50 @@ func (s *ScheduleStore) Claim(_ context.Context, owner string, buckets []oplog.B
 		claimed = append(claimed, c)
 	}
 	return claimed, nil
+}
+
+// claimable returns, oldest first, the row Claim would take of each agent that has one in buckets,
+// due and available at now: its expired-leased row if it has one (never two leased rows of an agent),
+// else its oldest. An agent one of whose rows is leased on a running lease has none. The caller holds
+// the lock.
+func (s *ScheduleStore) claimable(buckets []oplog.BucketRange, now time.Time) []*schedule.Row {
+	busy := map[string]bool{}
+	for _, r := range s.rows {
+		if leaseRunning(r, now) {
+			busy[r.Action.Subject()] = true
+		}
+	}
+	pick := map[string]*schedule.Row{}
+	for _, r := range s.rows {
+		subject := r.Action.Subject()
+		if r.Failed || leaseRunning(r, now) || busy[subject] || !schedule.InBuckets(r.Bucket, buckets) || r.DueAt.After(now) || r.AvailableAt.After(now) {
+			continue
+		}
+		if p := pick[subject]; p == nil || preferredClaim(r, p) {
+			pick[subject] = r
+		}
+	}
+	return slices.SortedFunc(func(yield func(*schedule.Row) bool) {
+		for _, r := range pick {
+			if !yield(r) {
+				return
+			}
+		}
+	}, compareRows)
+}
+
+// leaseRunning reports whether r is leased on a lease that has not run out at now.
+func leaseRunning(r *schedule.Row, now time.Time) bool {
+	return r.LeaseOwner != "" && !r.LeaseUntil.Before(now)
+}
+
+// preferredClaim reports whether Claim takes r rather than p, both claimable rows of one agent: an
+// expired-leased row before an unleased one, else the older.
+func preferredClaim(r, p *schedule.Row) bool {
+	if p.LeaseOwner == "" && r.LeaseOwner != "" {
+		return true
+	}
+	return (p.LeaseOwner == "") == (r.LeaseOwner == "") && compareRows(r, p) < 0
 }
 
 // held returns the row if owner holds its lease.

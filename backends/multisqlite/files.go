@@ -132,40 +132,62 @@ func escapeKey(s string) string {
 
 const hexDigit = "0123456789abcdef"
 
+// standsForItself reports whether escapeKey writes c as it is: a-z, 0-9, '.', '_' and '-'.
+func standsForItself(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
 // unescapeKey reverses escapeKey. It accepts only what escapeKey writes (lower-case hex, no escape of
 // a byte that stands for itself), so that one key has one name.
 func unescapeKey(s string) (string, bool) {
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-			b.WriteByte(c)
-		case c == '^':
-			if i+1 >= len(s) || s[i+1] < 'a' || s[i+1] > 'z' {
-				return "", false
-			}
-			b.WriteByte(s[i+1] - 'a' + 'A')
+		var c byte
+		var ok bool
+		switch c = s[i]; c {
+		case '^':
+			c, ok = unescapeUpper(s[i+1:])
 			i++
-		case c == '=':
-			if i+2 >= len(s) {
-				return "", false
-			}
-			hi, lo := strings.IndexByte(hexDigit, s[i+1]), strings.IndexByte(hexDigit, s[i+2])
-			if hi < 0 || lo < 0 {
-				return "", false
-			}
-			d := byte(hi<<4 | lo)
-			if (d >= 'a' && d <= 'z') || (d >= '0' && d <= '9') || d == '.' || d == '_' || d == '-' || (d >= 'A' && d <= 'Z') {
-				return "", false
-			}
-			b.WriteByte(d)
+		case '=':
+			c, ok = unescapeHex(s[i+1:])
 			i += 2
 		default:
+			ok = standsForItself(c)
+		}
+		if !ok {
 			return "", false
 		}
+		b.WriteByte(c)
 	}
 	return b.String(), true
+}
+
+// unescapeUpper reads the letter after a '^': its upper case. ok is false unless a lower-case letter
+// follows.
+func unescapeUpper(rest string) (c byte, ok bool) {
+	if rest == "" || rest[0] < 'a' || rest[0] > 'z' {
+		return 0, false
+	}
+	return rest[0] - 'a' + 'A', true
+}
+
+// unescapeHex reads the two lower-case hex digits after a '=': the byte they write. ok is false
+// unless they are there and write a byte escapeKey escapes (neither one that stands for itself nor
+// an upper-case letter).
+func unescapeHex(rest string) (c byte, ok bool) {
+	if len(rest) < 2 {
+		return 0, false
+	}
+	hi, lo := strings.IndexByte(hexDigit, rest[0]), strings.IndexByte(hexDigit, rest[1])
+	if hi < 0 || lo < 0 {
+		return 0, false
+	}
+	c = byte(hi<<4 | lo)
+	if standsForItself(c) || c >= 'A' && c <= 'Z' {
+		return 0, false
+	}
+	return c, true
 }
 
 // nameKey returns the key a file name of directory dir stands for: known from the name alone for an

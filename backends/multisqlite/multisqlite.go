@@ -221,14 +221,14 @@ func (s *Store) Close() error {
 
 // index runs fn on the file of (ns, key) after validation, under the shared lock of the file's
 // directory and on a connection to the file the path names now. Without create, a missing file is a
-// missing index: fn is not called and found is false. fn's errors carry the file store's context
-// already; a file that cannot be opened or locked gets op and the index here.
+// missing index: fn is not called and found is false. Every error, fn's (its file store's, renamed)
+// and a file's that cannot be opened or locked, goes through fail.
 func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, create bool, fn func(st *sqlite.Store) error) (found bool, err error) {
 	if err := is.ValidateIndex(ns, key); err != nil {
-		return false, err
+		return false, fail(op, ns, key, err)
 	}
 	if s.closed.Load() {
-		return false, is.ErrClosed
+		return false, fail(op, ns, key, is.ErrClosed)
 	}
 	loc := locate(ns, key)
 	found, err = s.withFile(ctx, ns, loc, create, func(c *conn) error {
@@ -239,12 +239,28 @@ func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, crea
 	})
 	var fe fileStoreError
 	if errors.As(err, &fe) {
-		return found, fe.err
+		err = fe.err // named by the file's store, as this backend's own operation: fail renames it
 	}
-	if err != nil {
-		err = fmt.Errorf("multisqlite %s %s:%q: %w", op, ns, key, err)
+	return found, fail(op, ns, key, err)
+}
+
+// backendName names this backend in its errors, also those of its files' SQLite stores.
+const backendName = "multisqlite"
+
+// fail is the one place an operation's error takes its shape: an is.OpError naming this backend, the
+// operation (as metrics name it) and the index. An error a file's store returned, already an OpError
+// naming "sqlite", is renamed (is.NewOpError), not nested. A nil err returns nil.
+func fail(op is.Operation, ns, key string, err error) error {
+	return is.NewOpError(backendName, op, ns, key, err)
+}
+
+// fileCause is what a file's store says went wrong, without the name of its operation: a walk that
+// reads a file names its own.
+func fileCause(err error) error {
+	if oe, ok := err.(*is.OpError); ok {
+		return oe.Err
 	}
-	return found, err
+	return err
 }
 
 // fileStoreError marks an error returned by fn in withFile: the file's own store named it.
@@ -403,17 +419,17 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 // directory, so that no remover ever finds it empty in between.
 func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
 	if err := is.ValidateIndex(ns, key); err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
 	if err := is.ValidateBatch(entries); err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
 	if s.readOnly {
-		return fmt.Errorf("multisqlite %s %s:%q: %w: the store was opened read-only", op, ns, key, is.ErrInvalidArgument)
+		return fail(op, ns, key, fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
 	}
 	if len(entries) == 0 {
 		if s.closed.Load() {
-			return is.ErrClosed
+			return fail(op, ns, key, is.ErrClosed)
 		}
 		return nil
 	}
@@ -512,7 +528,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n 
 		return n, err
 	}
 	if err := s.remove(ctx, ns, key, removalPatience); err != nil {
-		return n, fmt.Errorf("multisqlite %s %s:%q: the index is empty, its file stays: %w", is.OpDropPrefix, ns, key, err)
+		return n, fail(is.OpDropPrefix, ns, key, fmt.Errorf("the index is empty, its file stays: %w", err))
 	}
 	return n, nil
 }
@@ -526,7 +542,7 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 		return err
 	}
 	if err := s.remove(ctx, ns, key, removalPatience); err != nil {
-		return fmt.Errorf("multisqlite %s %s:%q: the index is empty, its file stays: %w", is.OpDelete, ns, key, err)
+		return fail(is.OpDelete, ns, key, fmt.Errorf("the index is empty, its file stays: %w", err))
 	}
 	return nil
 }
@@ -560,19 +576,19 @@ func parseResume(from is.Resume) (dir, name string, start bool, err error) {
 // lists the files of the layout before buckets in its first page's Unreadable too.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	afterDir, afterName, start, err := parseResume(from)
 	if err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	if s.closed.Load() {
-		return is.Page{}, is.ErrClosed
+		return is.Page{}, fail(is.OpScanStable, ns, "", is.ErrClosed)
 	}
 	nsDir := s.NamespaceDir(ns)
 	lst, err := s.listings.get(ns, nsDir)
 	if err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	var page is.Page
 	if start {
@@ -591,7 +607,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 			return is.Page{}, s.walkFailed(ctx, is.OpScanStable, ns, r.String(), err)
 		}
 		if s.closed.Load() {
-			return is.Page{}, is.ErrClosed
+			return is.Page{}, fail(is.OpScanStable, ns, "", is.ErrClosed)
 		}
 		names, err := readFiles(nsDir, d)
 		if err != nil {
@@ -630,16 +646,16 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 // silently would hide its key from the caller.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
-		return 0, nil, err
+		return 0, nil, fail(is.OpScan, ns, "", err)
 	}
 	if s.closed.Load() {
-		return 0, nil, is.ErrClosed
+		return 0, nil, fail(is.OpScan, ns, "", is.ErrClosed)
 	}
 	r := is.PrefixRange(prefix)
 	nsDir := s.NamespaceDir(ns)
 	lst, err := s.listings.get(ns, nsDir)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, fail(is.OpScan, ns, "", err)
 	}
 	var files []location
 	for _, d := range dirsInRange(lst.dirs, r) {
@@ -682,7 +698,7 @@ func (s *Store) walkFailed(ctx context.Context, op is.Operation, ns, what string
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		err, _ = is.ClassifyCommon(ctxErr)
 	}
-	return fmt.Errorf("multisqlite %s %s %s: %w", op, ns, what, err)
+	return fail(op, ns, "", fmt.Errorf("%s: %w", what, err))
 }
 
 // fileFault reports whether err, met reading one file of a walk, is that file's own: it is not a
@@ -742,7 +758,7 @@ func (s *Store) fileKeys(ctx context.Context, ns string, loc location, r is.KeyR
 	})
 	var fe fileStoreError
 	if errors.As(err, &fe) {
-		err = fe.err
+		err = fileCause(fe.err)
 	}
 	return keys, err
 }

@@ -213,7 +213,7 @@ func TestUnreadableFile_OperationsFailAndLeaveItAsItWas(t *testing.T) {
 						t.Fatalf("%s: %v matches %v", name, err, wrong)
 					}
 				}
-				if !strings.Contains(err.Error(), fmt.Sprintf("%s:%q", testNS, key)) {
+				if !strings.Contains(err.Error(), fmt.Sprintf("(ns %q, key %q)", testNS, key)) {
 					t.Fatalf("%s: %q does not name the index", name, err)
 				}
 			}

@@ -259,56 +259,67 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// backendName names this backend in its errors.
+const backendName = "postgres"
+
 // start checks what every operation checks before touching the database: its arguments, then Close.
-func (s *Store) start(op string, invalid error) error {
+// Its error has been through fail.
+func (s *Store) start(op is.Operation, ns, key string, invalid error) error {
 	if invalid != nil {
-		return fmt.Errorf("postgres %s: %w", op, invalid)
+		return s.fail(op, ns, key, invalid)
 	}
 	if s.closed.Load() {
-		return fmt.Errorf("postgres %s: %w", op, is.ErrClosed)
+		return s.fail(op, ns, key, is.ErrClosed)
 	}
 	return nil
 }
 
 // startWrite is start for a write, which a Store from OpenExisting refuses.
-func (s *Store) startWrite(op string, invalid error) error {
-	if err := s.start(op, invalid); err != nil {
+func (s *Store) startWrite(op is.Operation, ns, key string, invalid error) error {
+	if err := s.start(op, ns, key, invalid); err != nil {
 		return err
 	}
 	if s.readOnly {
-		return fmt.Errorf("postgres %s: %w: the store was opened read-only", op, is.ErrInvalidArgument)
+		return s.fail(op, ns, key, fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
 	}
 	return nil
 }
 
-// fail classifies a native error. A store closed under a running operation fails with ErrClosed,
-// whatever the pool made of it.
-func (s *Store) fail(op string, err error) error {
-	if s.closed.Load() {
+// fail is the one place an operation's error takes its shape: classified, and named by the operation
+// (as metrics name it) and the index (a scan passes an empty key), in an is.OpError. A store closed
+// under a running operation fails with ErrClosed, whatever the pool made of it. A nil err returns nil.
+func (s *Store) fail(op is.Operation, ns, key string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, is.ErrInvalidArgument), errors.Is(err, is.ErrConflict),
+		errors.Is(err, is.ErrClosed), errors.Is(err, is.ErrTransient):
+		// Refused before or after the database answered: already of its kind.
+	case s.closed.Load():
 		err = is.Classify(is.ErrClosed, err)
-	} else {
+	default:
 		err = classify(err)
 	}
-	return fmt.Errorf("postgres %s: %w", op, err)
+	return is.NewOpError(backendName, op, ns, key, err)
 }
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
-	if err := s.start("exists", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.start(is.OpExists, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return false, err
 	}
 	var exists bool
 	if err := s.pool.QueryRow(ctx, s.sqlExists, ns, key).Scan(&exists); err != nil {
-		return false, s.fail("exists", err)
+		return false, s.fail(is.OpExists, ns, key, err)
 	}
 	return exists, nil
 }
 
 func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
-	return s.appendEntries(ctx, "append", ns, key, []is.Entry{{ID: id, Value: value}})
+	return s.appendEntries(ctx, is.OpAppend, ns, key, []is.Entry{{ID: id, Value: value}})
 }
 
 func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
-	return s.appendEntries(ctx, "append many", ns, key, entries)
+	return s.appendEntries(ctx, is.OpAppendMany, ns, key, entries)
 }
 
 // appendEntries takes the index's advisory lock and runs the guarded insert in one implicit
@@ -316,12 +327,12 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 // COMMITTED, where a guard alone (INSERT … WHERE NOT EXISTS) lets two appends of 5 and 4 both see 3 as
 // the last id and both succeed. Each statement after the lock takes a fresh snapshot, so the guard
 // sees every append that held the lock before.
-func (s *Store) appendEntries(ctx context.Context, op, ns, key string, entries []is.Entry) error {
+func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
 	invalid := is.ValidateIndex(ns, key)
 	if invalid == nil {
 		invalid = is.ValidateBatch(entries)
 	}
-	if err := s.startWrite(op, invalid); err != nil {
+	if err := s.startWrite(op, ns, key, invalid); err != nil {
 		return err
 	}
 	if len(entries) == 0 {
@@ -349,10 +360,10 @@ func (s *Store) appendEntries(ctx context.Context, op, ns, key string, entries [
 		err = closeErr
 	}
 	if err != nil {
-		return s.fail(op, err)
+		return s.fail(op, ns, key, err)
 	}
 	if last != nil && *last >= ids[0] {
-		return fmt.Errorf("postgres %s: %w: id %d is not above the index's last id %d", op, is.ErrConflict, ids[0], *last)
+		return s.fail(op, ns, key, fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, ids[0], *last))
 	}
 	return nil
 }
@@ -369,18 +380,18 @@ func (s *Store) queueLock(b *pgx.Batch, ns, key string) {
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
-	if err := s.start("length", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.start(is.OpLength, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return 0, err
 	}
 	var n int64
 	if err := s.pool.QueryRow(ctx, s.sqlLength, ns, key).Scan(&n); err != nil {
-		return 0, s.fail("length", err)
+		return 0, s.fail(is.OpLength, ns, key, err)
 	}
 	return uint64(n), nil
 }
 
 func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is.Entry, error) {
-	if err := s.start("read", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.start(is.OpRead, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return nil, err
 	}
 	lo, hi, ok := is.ClampRange(from, to)
@@ -390,27 +401,27 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is
 	rows, _ := s.pool.Query(ctx, s.sqlRead, ns, key, int64(lo), int64(hi))
 	entries, err := pgx.CollectRows(rows, scanEntry)
 	if err != nil {
-		return nil, s.fail("read", err)
+		return nil, s.fail(is.OpRead, ns, key, err)
 	}
 	return entries, nil
 }
 
 func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
-	return s.entry(ctx, "first", ns, key, s.sqlFirstFrom, int64(1))
+	return s.entry(ctx, is.OpFirst, ns, key, s.sqlFirstFrom, int64(1))
 }
 
 func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
-	return s.entry(ctx, "last", ns, key, s.sqlLast)
+	return s.entry(ctx, is.OpLast, ns, key, s.sqlLast)
 }
 
 // LastID is max(id) over the primary key: an index-only read that never touches the value.
 func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
-	if err := s.start("last id", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.start(is.OpLastID, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return 0, false, err
 	}
 	var id *int64
 	if err := s.pool.QueryRow(ctx, s.sqlLastID, ns, key).Scan(&id); err != nil {
-		return 0, false, s.fail("last id", err)
+		return 0, false, s.fail(is.OpLastID, ns, key, err)
 	}
 	if id == nil {
 		return 0, false, nil
@@ -421,24 +432,24 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
 	if id > is.MaxID {
 		// No entry can be at or above it; still validate and honour Close.
-		return is.Entry{}, false, s.start("closest", is.ValidateIndex(ns, key))
+		return is.Entry{}, false, s.start(is.OpClosest, ns, key, is.ValidateIndex(ns, key))
 	}
-	return s.entry(ctx, "closest", ns, key, s.sqlFirstFrom, int64(id))
+	return s.entry(ctx, is.OpClosest, ns, key, s.sqlFirstFrom, int64(id))
 }
 
 // ClosestLast is one statement (is.ClosestLastReader).
 func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
 	if id > is.MaxID {
 		last, exists, err := s.LastID(ctx, ns, key) // no entry can be at or above id
-		return is.Entry{}, false, last, exists, err
+		return is.Entry{}, false, last, exists, s.fail(is.OpClosestLast, ns, key, err)
 	}
-	if err := s.start("closest last", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.start(is.OpClosestLast, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return is.Entry{}, false, 0, false, err
 	}
 	var last, found *int64
 	var value []byte
 	if err := s.pool.QueryRow(ctx, s.sqlClosestLast, ns, key, int64(id)).Scan(&last, &found, &value); err != nil {
-		return is.Entry{}, false, 0, false, s.fail("closest last", err)
+		return is.Entry{}, false, 0, false, s.fail(is.OpClosestLast, ns, key, err)
 	}
 	var e is.Entry
 	if found != nil {
@@ -454,8 +465,8 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 }
 
 // entry runs a query for at most one entry of the index.
-func (s *Store) entry(ctx context.Context, op, ns, key, sql string, extra ...any) (is.Entry, bool, error) {
-	if err := s.start(op, is.ValidateIndex(ns, key)); err != nil {
+func (s *Store) entry(ctx context.Context, op is.Operation, ns, key, sql string, extra ...any) (is.Entry, bool, error) {
+	if err := s.start(op, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return is.Entry{}, false, err
 	}
 	rows, _ := s.pool.Query(ctx, sql, append([]any{ns, key}, extra...)...)
@@ -464,7 +475,7 @@ func (s *Store) entry(ctx context.Context, op, ns, key, sql string, extra ...any
 	case errors.Is(err, pgx.ErrNoRows):
 		return is.Entry{}, false, nil
 	case err != nil:
-		return is.Entry{}, false, s.fail(op, err)
+		return is.Entry{}, false, s.fail(op, ns, key, err)
 	}
 	return e, true, nil
 }
@@ -483,7 +494,7 @@ func scanEntry(row pgx.CollectableRow) (is.Entry, error) {
 // atomic, and an Append waits for it, so none is lost or left behind. The lock and the first batch ride
 // in the same round trip as BEGIN.
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
-	if err := s.startWrite("drop prefix", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.startWrite(is.OpDropPrefix, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return 0, err
 	}
 	if upTo == 0 {
@@ -524,7 +535,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 		err = tx.Commit(ctx)
 	}
 	if err != nil {
-		return 0, s.fail("drop prefix", err)
+		return 0, s.fail(is.OpDropPrefix, ns, key, err)
 	}
 	return uint64(total), nil
 }
@@ -545,13 +556,13 @@ func (s *Store) dropAll(ctx context.Context, ns, key string, bound int64) (dropp
 		err = closeErr
 	}
 	if err != nil {
-		return 0, false, s.fail("drop prefix", err)
+		return 0, false, s.fail(is.OpDropPrefix, ns, key, err)
 	}
 	return uint64(n), selected <= dropBatch, nil
 }
 
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	if err := s.startWrite("delete", is.ValidateIndex(ns, key)); err != nil {
+	if err := s.startWrite(is.OpDelete, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return err
 	}
 	// The lock and the DELETE share one implicit transaction, in one round trip.
@@ -567,7 +578,7 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 		err = closeErr
 	}
 	if err != nil {
-		return s.fail("delete", err)
+		return s.fail(is.OpDelete, ns, key, err)
 	}
 	return nil
 }
@@ -578,13 +589,13 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if invalid == nil && cursor > is.MaxID {
 		invalid = fmt.Errorf("%w: cursor %d was not returned by Scan", is.ErrInvalidArgument, cursor)
 	}
-	if err := s.start("scan", invalid); err != nil {
+	if err := s.start(is.OpScan, ns, "", invalid); err != nil {
 		return 0, nil, err
 	}
 	end := is.PrefixRange(prefix).End
 	keys, _, more, err := s.keys(ctx, s.sqlScan[b2i(end != "")], ns, prefix, end, count, int64(cursor))
 	if err != nil {
-		return 0, nil, s.fail("scan", err)
+		return 0, nil, s.fail(is.OpScan, ns, "", err)
 	}
 	if !more {
 		return 0, keys, nil
@@ -610,7 +621,7 @@ func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string
 	if invalid == nil {
 		invalid = err
 	}
-	if err := s.start("scan stable", invalid); err != nil {
+	if err := s.start(is.OpScanStable, ns, "", invalid); err != nil {
 		return is.Page{}, err
 	}
 	// Past a marker inside the range, the walk continues strictly above the marker; a walk from the
@@ -624,7 +635,7 @@ func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string
 	}
 	keys, ids, more, err := s.keys(ctx, queries[b2i(strict)][b2i(r.Bounded())], ns, lower, r.End, count, -1)
 	if err != nil {
-		return is.Page{}, s.fail("scan stable", err)
+		return is.Page{}, s.fail(is.OpScanStable, ns, "", err)
 	}
 	if !more {
 		return is.Page{Keys: keys, LastIDs: ids, Done: true}, nil

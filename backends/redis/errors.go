@@ -47,6 +47,21 @@ func classify(err error) error {
 	return err
 }
 
+// conflictLast reads the index's last id out of the script's conflict reply, for Append to say which
+// id was refused; ok is false for any other error.
+func conflictLast(err error) (last uint64, ok bool) {
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return 0, false
+	}
+	code, rest, _ := strings.Cut(reply.Error(), " ")
+	if code != conflictCode {
+		return 0, false
+	}
+	last, perr := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+	return last, perr == nil
+}
+
 // conflict reads the index's last id out of the script's conflict reply.
 func conflict(lastHex string) error {
 	last, err := strconv.ParseUint(strings.TrimSpace(lastHex), 16, 64)

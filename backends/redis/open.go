@@ -145,50 +145,12 @@ func parseURL(rawURL string) (config, error) {
 	if err != nil {
 		return cfg, invalid("query: %v", err)
 	}
-	one := func(name string) (string, bool, error) {
-		values, ok := query[name]
-		if !ok {
-			return "", false, nil
-		}
-		delete(query, name)
-		if len(values) != 1 {
-			return "", false, invalid("%s is given %d times", name, len(values))
-		}
-		return values[0], true, nil
-	}
-	prefix, ok, err := one(PrefixParam)
-	if err != nil {
+	params := urlParams{query: query, invalid: invalid}
+	if cfg.prefix, err = params.prefix(); err != nil {
 		return cfg, err
 	}
-	if ok {
-		if err := validatePrefix(prefix); err != nil {
-			return cfg, invalid("%s %q: %v", PrefixParam, prefix, err)
-		}
-		cfg.prefix = prefix
-	}
-	if raw, ok, err := one(WaitReplicasParam); err != nil {
+	if cfg.wait, err = params.wait(); err != nil {
 		return cfg, err
-	} else if ok {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 {
-			return cfg, invalid("%s %q: want a number of replicas, 0 or more", WaitReplicasParam, raw)
-		}
-		cfg.wait = WaitOptions{Replicas: n, Timeout: DefaultWaitTimeout}
-	}
-	if raw, ok, err := one(WaitTimeoutParam); err != nil {
-		return cfg, err
-	} else if ok {
-		d, err := time.ParseDuration(raw)
-		if ms, nerr := strconv.Atoi(raw); nerr == nil {
-			d, err = time.Duration(ms)*time.Millisecond, nil
-		}
-		if err != nil || d <= 0 {
-			return cfg, invalid("%s %q: want a positive duration (500ms, 2s)", WaitTimeoutParam, raw)
-		}
-		if cfg.wait.Replicas == 0 {
-			return cfg, invalid("%s without %s", WaitTimeoutParam, WaitReplicasParam)
-		}
-		cfg.wait.Timeout = d
 	}
 	u.RawQuery = query.Encode()
 	if !cluster {
@@ -199,19 +161,88 @@ func parseURL(rawURL string) (config, error) {
 		cfg.single = opts
 		return cfg, nil
 	}
-	// go-redis reads a cluster URL as redis://first-node?addr=other-node&…
+	cfg.cluster, err = clusterOptions(u, query, invalid)
+	return cfg, err
+}
+
+// urlParams takes strata's own parameters out of an Open URL's query, leaving go-redis's.
+type urlParams struct {
+	query url.Values
+	// invalid words an ErrInvalidArgument about the URL, its password hidden.
+	invalid func(format string, args ...any) error
+}
+
+// one removes the parameter from the query and returns its value; ok is false when it is absent, and
+// a parameter given more than once is an error.
+func (p urlParams) one(name string) (value string, ok bool, err error) {
+	values, ok := p.query[name]
+	if !ok {
+		return "", false, nil
+	}
+	delete(p.query, name)
+	if len(values) != 1 {
+		return "", false, p.invalid("%s is given %d times", name, len(values))
+	}
+	return values[0], true, nil
+}
+
+// prefix is the PrefixParam, "" when absent.
+func (p urlParams) prefix() (string, error) {
+	prefix, ok, err := p.one(PrefixParam)
+	if err != nil || !ok {
+		return "", err
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return "", p.invalid("%s %q: %v", PrefixParam, prefix, err)
+	}
+	return prefix, nil
+}
+
+// wait is what WaitReplicasParam and WaitTimeoutParam say; a timeout needs replicas to wait for.
+func (p urlParams) wait() (WaitOptions, error) {
+	var wait WaitOptions
+	if raw, ok, err := p.one(WaitReplicasParam); err != nil {
+		return wait, err
+	} else if ok {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 {
+			return wait, p.invalid("%s %q: want a number of replicas, 0 or more", WaitReplicasParam, raw)
+		}
+		wait = WaitOptions{Replicas: n, Timeout: DefaultWaitTimeout}
+	}
+	raw, ok, err := p.one(WaitTimeoutParam)
+	if err != nil || !ok {
+		return wait, err
+	}
+	d, err := time.ParseDuration(raw)
+	if ms, nerr := strconv.Atoi(raw); nerr == nil {
+		d, err = time.Duration(ms)*time.Millisecond, nil
+	}
+	if err != nil || d <= 0 {
+		return wait, p.invalid("%s %q: want a positive duration (500ms, 2s)", WaitTimeoutParam, raw)
+	}
+	if wait.Replicas == 0 {
+		return wait, p.invalid("%s without %s", WaitTimeoutParam, WaitReplicasParam)
+	}
+	wait.Timeout = d
+	return wait, nil
+}
+
+// clusterOptions reads a cluster URL, whose query holds go-redis's parameters only by now. go-redis
+// reads a cluster URL as redis://first-node?addr=other-node&…
+func clusterOptions(u *url.URL, query url.Values, invalid func(format string, args ...any) error) (*goredis.ClusterOptions, error) {
 	if u.Host == "" {
-		return cfg, invalid("a cluster URL names at least one node: %s://host:port[,host:port…]/", ClusterScheme)
+		return nil, invalid("a cluster URL names at least one node: %s://host:port[,host:port…]/", ClusterScheme)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return cfg, invalid("a cluster has database 0 only: leave the path out")
+		return nil, invalid("a cluster has database 0 only: leave the path out")
 	}
 	if _, ok := query["addr"]; ok {
-		return cfg, invalid("list the nodes in the host, comma-separated, not in addr=")
+		return nil, invalid("list the nodes in the host, comma-separated, not in addr=")
 	}
 	hosts := strings.Split(u.Host, ",")
 	if slices.Contains(hosts, "") {
-		return cfg, invalid("empty node in %q", u.Host)
+		return nil, invalid("empty node in %q", u.Host)
 	}
 	for _, h := range hosts[1:] {
 		query.Add("addr", h)
@@ -222,10 +253,9 @@ func parseURL(rawURL string) (config, error) {
 	u.RawQuery = query.Encode()
 	opts, err := goredis.ParseClusterURL(u.String())
 	if err != nil {
-		return cfg, invalid("%v", err)
+		return nil, invalid("%v", err)
 	}
-	cfg.cluster = opts
-	return cfg, nil
+	return opts, nil
 }
 
 // validatePrefix keeps a prefix given in a URL to text that reads back the same in logs and

@@ -138,7 +138,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	if err := s.client.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
-		return fmt.Errorf("redis close: %w", classify(err))
+		return fmt.Errorf("redis: close: %w", classify(err))
 	}
 	return nil
 }
@@ -147,24 +147,29 @@ func (s *Store) Close() error {
 const idLen = 8
 
 // begin validates an index's arguments and checks the Store is open: the first thing every per-index
-// operation does.
-func (s *Store) begin(ns, key string) error {
+// operation does. Its error has been through fail.
+func (s *Store) begin(op is.Operation, ns, key string) error {
 	if err := is.ValidateIndex(ns, key); err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
 	if s.closed.Load() {
-		return is.ErrClosed
+		return fail(op, ns, key, is.ErrClosed)
 	}
 	return nil
 }
 
-// fail gives a native error its one line of context and its classification.
+// backendName names this backend (a node, a cluster or a ring alike) in its errors.
+const backendName = "redis"
+
+// fail is the one place an operation's error takes its shape: classified, and named by the operation
+// (as metrics name it) and the index, in an is.OpError. A scan passes an empty key. A nil err returns
+// nil.
 func fail(op is.Operation, ns, key string, err error) error {
-	return fmt.Errorf("redis %s %s:%q: %w", op, ns, key, classify(err))
+	return is.NewOpError(backendName, op, ns, key, classify(err))
 }
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpExists, ns, key); err != nil {
 		return false, err
 	}
 	n, err := s.client.Exists(ctx, s.RedisKey(ns, key)).Result()
@@ -208,11 +213,11 @@ return (n - 1) / 2
 `)
 
 func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(op, ns, key); err != nil {
 		return err
 	}
 	if err := is.ValidateBatch(entries); err != nil {
-		return err
+		return fail(op, ns, key, err)
 	}
 	if len(entries) == 0 {
 		return nil
@@ -233,7 +238,10 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 	}
 	data, set := s.keys(ns, key)
 	if err := s.write(ctx, appendScript, data, set, args); err != nil {
-		return fmt.Errorf("redis %s %s:%q id %d: %w", op, ns, key, entries[0].ID, classify(err))
+		if last, ok := conflictLast(err); ok {
+			err = fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, entries[0].ID, last)
+		}
+		return fail(op, ns, key, err)
 	}
 	return nil
 }
@@ -303,7 +311,7 @@ func (s *Store) writeInt(ctx context.Context, script *goredis.Script, data, set 
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpLength, ns, key); err != nil {
 		return 0, err
 	}
 	n, err := s.client.ZCard(ctx, s.RedisKey(ns, key)).Result()
@@ -314,7 +322,7 @@ func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
 }
 
 func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is.Entry, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpRead, ns, key); err != nil {
 		return nil, err
 	}
 	lo, hi, ok := is.ClampRange(from, to)
@@ -351,7 +359,7 @@ func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error
 // and a script that cuts the id out server-side copies the whole member into Lua first, which measured
 // slower than sending it (BENCHMARKS.md §1: 2.3 ms against 1.0 ms for a 1 MiB chunk on loopback).
 func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpLastID, ns, key); err != nil {
 		return 0, false, err
 	}
 	members, err := s.client.ZRange(ctx, s.RedisKey(ns, key), -1, -1).Result()
@@ -368,7 +376,7 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
 	if id > is.MaxID {
-		if err := s.begin(ns, key); err != nil {
+		if err := s.begin(is.OpClosest, ns, key); err != nil {
 			return is.Entry{}, false, err
 		}
 		return is.Entry{}, false, nil // no id can be that large
@@ -397,9 +405,9 @@ return {string.sub(m[1], 1, 8), c[1]}
 func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
 	if id > is.MaxID {
 		last, exists, err := s.LastID(ctx, ns, key) // no id can be that large
-		return is.Entry{}, false, last, exists, err
+		return is.Entry{}, false, last, exists, fail(is.OpClosestLast, ns, key, err)
 	}
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpClosestLast, ns, key); err != nil {
 		return is.Entry{}, false, 0, false, err
 	}
 	vals, err := closestLastScript.Run(ctx, s.client, []string{s.RedisKey(ns, key)}, inclusive(max(id, 1))).Slice()
@@ -436,7 +444,7 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 
 // one runs a query that returns at most one member and decodes it.
 func (s *Store) one(ctx context.Context, op is.Operation, ns, key string, query func(redisKey string) *goredis.StringSliceCmd) (is.Entry, bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(op, ns, key); err != nil {
 		return is.Entry{}, false, err
 	}
 	members, err := query(s.RedisKey(ns, key)).Result()
@@ -454,7 +462,7 @@ func (s *Store) one(ctx context.Context, op is.Operation, ns, key string, query 
 }
 
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpDropPrefix, ns, key); err != nil {
 		return 0, err
 	}
 	if upTo == 0 {
@@ -470,7 +478,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 }
 
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpDelete, ns, key); err != nil {
 		return err
 	}
 	data, set := s.keys(ns, key)

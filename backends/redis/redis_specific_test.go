@@ -395,7 +395,7 @@ func TestWrongTypeKey_FailsItsReadsNotTheWalk(t *testing.T) {
 		if err == nil || is.IsTransient(err) || errors.Is(err, is.ErrConflict) {
 			t.Fatalf("%s of a string key: %v, want a permanent error", op, err)
 		}
-		if want := fmt.Sprintf(`redis %s %s:"wrong"`, op, ns); !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		if want := fmt.Sprintf(`redis %s (ns %q, key "wrong")`, op, ns); !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("%s: %q, want it to start %q and carry Redis's WRONGTYPE", op, err, want)
 		}
 	}

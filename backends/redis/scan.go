@@ -30,14 +30,14 @@ const (
 // the database.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	marker, start, err := from.Marker()
 	if err != nil {
-		return is.Page{}, err
+		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
 	if s.closed.Load() {
-		return is.Page{}, is.ErrClosed
+		return is.Page{}, fail(is.OpScanStable, ns, "", is.ErrClosed)
 	}
 	lower, exclusiveLower := r.Start, false
 	if !start {
@@ -59,7 +59,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	}
 	keys, done, err := s.scanSets(ctx, ns, rest, zr, count)
 	if err != nil {
-		return is.Page{}, fmt.Errorf("redis %s %s %v: %w", is.OpScanStable, ns, r, classify(err))
+		return is.Page{}, fail(is.OpScanStable, ns, "", fmt.Errorf("%v: %w", r, classify(err)))
 	}
 	page := is.Page{Done: true}
 	if !done {
@@ -164,25 +164,13 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 	for first := true; ; first = false {
 		need := count - len(bucketed)
 		if !first {
-			if next >= hi || need <= 0 || cut {
-				break
-			}
-			// Every key of a bucket not yet probed is ≥ its prefix: once count loose keys lie below
-			// it, no bucketed key beyond can make the page.
-			if len(loose) == count && is.BucketPrefix(next) > loose[count-1] {
+			if probesDone(next, hi, need, cut, loose, count) {
 				break
 			}
 			pipe = s.client.Pipeline()
 		}
 		end := min(next+batch, hi)
-		// Each probe reads at most limit keys. On a cluster, in a large batch (sparse buckets) that is
-		// a few, so that a run of dense buckets after empty ones cannot make one round trip read
-		// batch × count keys (the script off a cluster stops at need keys by itself); a probe that
-		// comes back full ends the collection there, which keeps it a prefix of the walk's order.
-		limit := need
-		if n := end - next; s.cluster && n > firstProbeBatch*4 {
-			limit = min(need, max(16, 4*need/n+1))
-		}
+		limit := s.probeLimit(need, end-next)
 		probe := s.probe(ctx, pipe, ns, next, end, withCount(limit))
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, false, err
@@ -197,24 +185,63 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 		if err != nil {
 			return nil, false, err
 		}
-		found, probed := 0, 0
-		for _, got := range sets {
-			probed++
-			found += len(got)
-			bucketed = append(bucketed, got...)
-			if len(got) == limit || len(bucketed) >= count {
-				cut = true
-				break
-			}
-		}
+		var found, probed int
+		bucketed, found, probed, cut = collectProbed(bucketed, sets, limit, count)
 		next += probed
-		// Size the next batch to what the buckets held so far: about enough to fill the page.
-		if found == 0 {
-			batch = min(batch*4, maxProbeBatch)
-		} else {
-			batch = min(max(minBatch, (count-len(bucketed))*probed/found+1), maxProbeBatch)
+		batch = nextProbeBatch(batch, minBatch, count-len(bucketed), probed, found)
+	}
+	return mergePage(bucketed, loose, count, cut)
+}
+
+// probesDone reports whether scanSets has probed enough buckets: none left below hi, the page full
+// (need ≤ 0) or cut short, or count loose keys below every key the next bucket can hold.
+func probesDone(next, hi, need int, cut bool, loose []string, count int) bool {
+	if next >= hi || need <= 0 || cut {
+		return true
+	}
+	// Every key of a bucket not yet probed is ≥ its prefix: once count loose keys lie below it, no
+	// bucketed key beyond can make the page.
+	return len(loose) == count && is.BucketPrefix(next) > loose[count-1]
+}
+
+// probeLimit is how many keys each probe of a batch of buckets reads. On a cluster, in a large batch
+// (sparse buckets) that is a few, so that a run of dense buckets after empty ones cannot make one
+// round trip read batch × count keys (the script off a cluster stops at need keys by itself); a probe
+// that comes back full ends the collection there, which keeps it a prefix of the walk's order.
+func (s *Store) probeLimit(need, buckets int) int {
+	if s.cluster && buckets > firstProbeBatch*4 {
+		return min(need, max(16, 4*need/buckets+1))
+	}
+	return need
+}
+
+// collectProbed appends the probed sets' keys to bucketed, in bucket order, up to the first set that
+// came back full (limit keys: it may hold more) or filled the page. found is how many keys it took,
+// probed how many sets, and cut whether it stopped at such a set.
+func collectProbed(bucketed []string, sets [][]string, limit, count int) (_ []string, found, probed int, cut bool) {
+	for _, got := range sets {
+		probed++
+		found += len(got)
+		bucketed = append(bucketed, got...)
+		if len(got) == limit || len(bucketed) >= count {
+			return bucketed, found, probed, true
 		}
 	}
+	return bucketed, found, probed, false
+}
+
+// nextProbeBatch sizes the next batch of buckets to what the buckets held so far: about enough to
+// fill the left keys of the page, or four times the last when they held none.
+func nextProbeBatch(batch, minBatch, left, probed, found int) int {
+	if found == 0 {
+		return min(batch*4, maxProbeBatch)
+	}
+	return min(max(minBatch, left*probed/found+1), maxProbeBatch)
+}
+
+// mergePage merges the bucketed and the loose keys a walk collected into its page of at most count
+// keys, and says whether the walk is done.
+func mergePage(bucketed, loose []string, count int, cut bool) ([]string, bool, error) {
 	if len(bucketed) > count {
 		bucketed = bucketed[:count]
 	}
@@ -351,23 +378,23 @@ func hexTag(bucket int) string {
 // pages through the index sets by position instead (scanSetsByPosition). A ring is refused.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
-		return 0, nil, err
+		return 0, nil, fail(is.OpScan, ns, "", err)
 	}
 	if s.closed.Load() {
-		return 0, nil, is.ErrClosed
+		return 0, nil, fail(is.OpScan, ns, "", is.ErrClosed)
 	}
 	if s.cluster {
 		return s.scanSetsByPosition(ctx, ns, prefix, cursor, count)
 	}
 	if s.noScan {
-		return 0, nil, fmt.Errorf("redis %s %s: %w: SCAN reaches one node of a ring: use ScanStable", is.OpScan, ns, is.ErrInvalidArgument)
+		return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("%w: SCAN reaches one node of a ring: use ScanStable", is.ErrInvalidArgument))
 	}
 	// A namespace is made of [A-Za-z0-9/._-] only, none of them special in a pattern; '{', '}' and '|'
 	// are not special either.
 	match := escapeGlob(s.prefix) + "{" + ns + "|*}:" + escapeGlob(prefix) + "*"
 	keys, next, err := s.client.Scan(ctx, cursor, match, int64(count)).Result()
 	if err != nil {
-		return 0, nil, fmt.Errorf("redis %s %s prefix %q: %w", is.OpScan, ns, prefix, classify(err))
+		return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("prefix %q: %w", prefix, classify(err)))
 	}
 	// Strip the Redis key down to the index key, in place. MATCH already filtered; the parse keeps a
 	// pattern's looseness ('*' may cross a '}:' inside a key) from handing back a key that is not one.
@@ -394,7 +421,7 @@ func (s *Store) scanSetsByPosition(ctx context.Context, ns, prefix string, curso
 	lo, hi := is.RangeBuckets(r)
 	pos, off := int(cursor>>32), int64(cursor&0xffffffff)
 	if pos > unbucketedPos {
-		return 0, nil, fmt.Errorf("redis %s %s: %w: cursor %d is not one this backend hands out", is.OpScan, ns, is.ErrInvalidArgument, cursor)
+		return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("%w: cursor %d is not one this backend hands out", is.ErrInvalidArgument, cursor))
 	}
 	if cursor == 0 {
 		pos = lo
@@ -431,7 +458,7 @@ func (s *Store) scanSetsByPosition(ctx context.Context, ns, prefix string, curso
 			probes = append(probes, pipe.ZRangeByLex(ctx, s.setKey(ns, tag), &zb))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, nil, fmt.Errorf("redis %s %s prefix %q: %w", is.OpScan, ns, prefix, classify(err))
+			return 0, nil, fail(is.OpScan, ns, "", fmt.Errorf("prefix %q: %w", prefix, classify(err)))
 		}
 		for i, pr := range probes {
 			got, _ := pr.Result()

@@ -372,29 +372,33 @@ func classify(err error, closed bool) error {
 	return classified
 }
 
-// fail gives a native error of a per-index operation its one line of context (the operation, as
-// metrics name it, and the index) and its classification.
+// backendName names this backend in its errors. Multi-SQLite, whose files are Stores, renames them at
+// its own boundary (is.NewOpError replaces an OpError's names rather than nesting it).
+const backendName = "sqlite"
+
+// fail is the one place an operation's error takes its shape: classified, and named by the operation
+// (as metrics name it) and the index, in an is.OpError. A nil err returns nil.
 func (s *Store) fail(op is.Operation, ns, key string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("sqlite %s %s:%q: %w", op, ns, key, classify(err, s.closed.Load()))
+	return is.NewOpError(backendName, op, ns, key, classify(err, s.closed.Load()))
 }
 
-// failScan is fail for the scans, which name a prefix rather than an index.
-// failScan names the walk by what it covers: a prefix (quoted) or a range.
+// failScan is fail for the scans, which name a namespace, not an index: the walk is named by what it
+// covers (a prefix, quoted, or a range), when what is not empty.
 func (s *Store) failScan(op is.Operation, ns, what string, err error) error {
-	return fmt.Errorf("sqlite %s %s %s: %w", op, ns, what, classify(err, s.closed.Load()))
+	if err != nil && what != "" {
+		err = fmt.Errorf("%s: %w", what, classify(err, s.closed.Load()))
+	}
+	return s.fail(op, ns, "", err)
 }
 
 // begin validates the index and checks the store is open, the first thing every per-index operation
-// does.
-func (s *Store) begin(ns, key string) error {
+// does. Its error has been through fail.
+func (s *Store) begin(op is.Operation, ns, key string) error {
 	if err := is.ValidateIndex(ns, key); err != nil {
-		return err
+		return s.fail(op, ns, key, err)
 	}
 	if s.closed.Load() {
-		return is.ErrClosed
+		return s.fail(op, ns, key, is.ErrClosed)
 	}
 	return nil
 }
@@ -432,7 +436,7 @@ const (
 )
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpExists, ns, key); err != nil {
 		return false, err
 	}
 	var one int
@@ -455,11 +459,11 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 }
 
 func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(op, ns, key); err != nil {
 		return err
 	}
 	if err := is.ValidateBatch(entries); err != nil {
-		return err
+		return s.fail(op, ns, key, err)
 	}
 	if len(entries) == 0 {
 		return nil
@@ -513,7 +517,7 @@ func insert(ctx context.Context, tx *sql.Tx, ns, key string, entries []is.Entry)
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpLength, ns, key); err != nil {
 		return 0, err
 	}
 	var n int64
@@ -524,7 +528,7 @@ func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
 }
 
 func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is.Entry, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpRead, ns, key); err != nil {
 		return nil, err
 	}
 	lo, hi, ok := is.ClampRange(from, to)
@@ -551,14 +555,14 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is
 }
 
 func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpFirst, ns, key); err != nil {
 		return is.Entry{}, false, err
 	}
 	return s.one(ctx, is.OpFirst, ns, key, qClosest, int64(0))
 }
 
 func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpLast, ns, key); err != nil {
 		return is.Entry{}, false, err
 	}
 	return s.one(ctx, is.OpLast, ns, key, qLast)
@@ -566,7 +570,7 @@ func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error
 
 // LastID reads the greatest id from the primary key's B-tree alone (one seek); the value is never read.
 func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpLastID, ns, key); err != nil {
 		return 0, false, err
 	}
 	var id int64
@@ -582,7 +586,7 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error
 }
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpClosest, ns, key); err != nil {
 		return is.Entry{}, false, err
 	}
 	if id > is.MaxID {
@@ -593,12 +597,12 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entr
 
 // ClosestLast is one statement (is.ClosestLastReader).
 func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpClosestLast, ns, key); err != nil {
 		return is.Entry{}, false, 0, false, err
 	}
 	if id > is.MaxID {
 		last, exists, err := s.LastID(ctx, ns, key) // no entry can be at or above id
-		return is.Entry{}, false, last, exists, err
+		return is.Entry{}, false, last, exists, s.fail(is.OpClosestLast, ns, key, err)
 	}
 	var last, found sql.NullInt64
 	var value []byte
@@ -635,7 +639,7 @@ func scanEntry(row interface{ Scan(...any) error }) (is.Entry, error) {
 }
 
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpDropPrefix, ns, key); err != nil {
 		return 0, err
 	}
 	if upTo == 0 {
@@ -657,7 +661,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 }
 
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	if err := s.begin(ns, key); err != nil {
+	if err := s.begin(is.OpDelete, ns, key); err != nil {
 		return err
 	}
 	return s.write(ctx, is.OpDelete, ns, key, func(tx *sql.Tx) error {
@@ -742,19 +746,19 @@ func (s *Store) ScanDeep(ctx context.Context, ns string, r is.KeyRange, from is.
 // scanStable pages with queries[strict][bounded].
 func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
-		return is.Page{}, err
+		return is.Page{}, s.failScan(is.OpScanStable, ns, "", err)
 	}
 	marker, start, err := from.Marker()
 	if err != nil {
-		return is.Page{}, err
+		return is.Page{}, s.failScan(is.OpScanStable, ns, "", err)
 	}
 	if !start {
 		if err := is.ValidateKey(marker); err != nil {
-			return is.Page{}, fmt.Errorf("%w: resume marker is not a key this backend handed back", is.ErrInvalidArgument)
+			return is.Page{}, s.failScan(is.OpScanStable, ns, "", fmt.Errorf("%w: resume marker is not a key this backend handed back", is.ErrInvalidArgument))
 		}
 	}
 	if s.closed.Load() {
-		return is.Page{}, is.ErrClosed
+		return is.Page{}, s.failScan(is.OpScanStable, ns, "", is.ErrClosed)
 	}
 	lower, strict := r.Start, false
 	if !start {
@@ -786,10 +790,10 @@ func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string
 // Scan pages by position (LIMIT … OFFSET): cursor is how many matching keys earlier calls returned.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
-		return 0, nil, err
+		return 0, nil, s.failScan(is.OpScan, ns, "", err)
 	}
 	if s.closed.Load() {
-		return 0, nil, is.ErrClosed
+		return 0, nil, s.failScan(is.OpScan, ns, "", is.ErrClosed)
 	}
 	if cursor > is.MaxID-uint64(count) {
 		return 0, nil, nil // past any table this engine can hold

@@ -109,7 +109,7 @@ func TestPoisonedRow_FailsPermanentlyNamingTheIndex(t *testing.T) {
 		if err == nil || is.IsTransient(err) || errors.Is(err, is.ErrConflict) {
 			t.Fatalf("%s on a row with a text id: %v, want a permanent error", op, err)
 		}
-		if want := fmt.Sprintf(`sqlite %s test/ns:"agent:7": `, op); !strings.HasPrefix(err.Error(), want) {
+		if want := fmt.Sprintf(`sqlite %s (ns "test/ns", key "agent:7"): `, op); !strings.HasPrefix(err.Error(), want) {
 			t.Fatalf("%s: %q, want it to start %q", op, err, want)
 		}
 	}

@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
 	t.Run("Linearizable", func(t *testing.T) { testLinearizable(t, h) })
 	t.Run("Poisoned", func(t *testing.T) { testPoisoned(t, h) })
+	t.Run("ErrorShape", func(t *testing.T) { testErrorShape(t, h) })
 	t.Run("ScanDeep", func(t *testing.T) { testScanDeep(t, h) })
 	t.Run("Reopen", func(t *testing.T) { testReopen(t, h) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, h) })

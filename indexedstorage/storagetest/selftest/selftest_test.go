@@ -40,7 +40,7 @@ func harness(b bug) storagetest.Harness {
 		New: func(tb testing.TB) is.Storage {
 			st := newStore(b)
 			tb.Cleanup(func() { st.Close() })
-			return st
+			return shapeErrors(st, b)
 		},
 		// Small model counts keep one run of the suite to seconds (the suite's defaults are 2000 and
 		// 500); the racing checks run long enough that an in-process lock bug fails every run. A
@@ -52,7 +52,7 @@ func harness(b bug) storagetest.Harness {
 		LinearizableHistories: 5000,
 		RaceRounds:            2000,
 		Poison: func(tb testing.TB, st is.Storage, ns, key string) {
-			st.(*store).poison(tb, ns, key)
+			storeOf(st).poison(tb, ns, key)
 		},
 		Reopen: func(tb testing.TB, st is.Storage) is.Storage {
 			again := st.(*store).reopen()

@@ -1,0 +1,143 @@
+package storagetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// call is one operation of the Storage on (ns, key), as the suite provokes its errors.
+type call struct {
+	op  is.Operation
+	run func(ctx context.Context, st is.Storage, ns, key string) error
+}
+
+// indexCalls are the operations on one index, each with a batch or id that is valid on an empty index.
+var indexCalls = []call{
+	{is.OpExists, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, err := st.Exists(ctx, ns, key)
+		return err
+	}},
+	{is.OpAppend, func(ctx context.Context, st is.Storage, ns, key string) error {
+		return st.Append(ctx, ns, key, 1, []byte("v"))
+	}},
+	{is.OpAppendMany, func(ctx context.Context, st is.Storage, ns, key string) error {
+		return st.AppendMany(ctx, ns, key, []is.Entry{{ID: 1, Value: []byte("v")}})
+	}},
+	{is.OpLength, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, err := st.Length(ctx, ns, key)
+		return err
+	}},
+	{is.OpRead, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, err := st.Read(ctx, ns, key, 0, is.MaxID)
+		return err
+	}},
+	{is.OpFirst, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, _, err := st.First(ctx, ns, key)
+		return err
+	}},
+	{is.OpLast, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, _, err := st.Last(ctx, ns, key)
+		return err
+	}},
+	{is.OpLastID, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, _, err := st.LastID(ctx, ns, key)
+		return err
+	}},
+	{is.OpClosest, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, _, err := st.Closest(ctx, ns, key, 1)
+		return err
+	}},
+	{is.OpClosestLast, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, _, _, _, err := st.(is.ClosestLastReader).ClosestLast(ctx, ns, key, 1)
+		return err
+	}},
+	{is.OpDropPrefix, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, err := st.DropPrefix(ctx, ns, key, 1)
+		return err
+	}},
+	{is.OpDelete, func(ctx context.Context, st is.Storage, ns, key string) error {
+		return st.Delete(ctx, ns, key)
+	}},
+}
+
+// scanCalls are the walks of a namespace; key is unused (their errors name no index).
+var scanCalls = []call{
+	{is.OpScan, func(ctx context.Context, st is.Storage, ns, _ string) error {
+		_, _, err := st.Scan(ctx, ns, "", 0, 10)
+		return err
+	}},
+	{is.OpScanStable, func(ctx context.Context, st is.Storage, ns, _ string) error {
+		_, err := st.ScanStable(ctx, ns, is.KeyRange{}, is.Resume{}, 10)
+		return err
+	}},
+}
+
+// testErrorShape checks that an error names backend, operation and index: every conflict, invalid
+// argument and operation after Close comes back as an *is.OpError whose Op is the operation's metric
+// label and whose Namespace and Key are the call's (Key empty for a scan), matching its sentinel.
+func testErrorShape(t *testing.T, h Harness) {
+	const ns, key = "errorshape", "agent:7"
+	t.Run("Conflict", func(t *testing.T) {
+		f := newFixture(t, h)
+		f.append(ns, key, 7)
+		requireOpError(t, is.OpAppend, ns, key, is.ErrConflict, f.st.Append(f.ctx, ns, key, 5, nil))
+		requireOpError(t, is.OpAppendMany, ns, key, is.ErrConflict,
+			f.st.AppendMany(f.ctx, ns, key, []is.Entry{{ID: 5}, {ID: 8}}))
+	})
+	t.Run("InvalidArgument", func(t *testing.T) {
+		f := newFixture(t, h)
+		const badNS = "bad ns" // ' ' is outside a namespace's alphabet (is.ValidateNamespace)
+		for _, c := range callsOf(f.st) {
+			requireOpError(t, c.op, badNS, keyOf(c, key), is.ErrInvalidArgument, c.run(f.ctx, f.st, badNS, key))
+		}
+	})
+	t.Run("Closed", func(t *testing.T) {
+		f := newFixture(t, h)
+		f.append(ns, key, 1)
+		if err := f.st.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		for _, c := range callsOf(f.st) {
+			requireOpError(t, c.op, ns, keyOf(c, key), is.ErrClosed, c.run(f.ctx, f.st, ns, key))
+		}
+	})
+}
+
+// callsOf lists the operations st has: ClosestLast only on an is.ClosestLastReader.
+func callsOf(st is.Storage) []call {
+	var calls []call
+	for _, c := range slices.Concat(indexCalls, scanCalls) {
+		if _, ok := st.(is.ClosestLastReader); c.op == is.OpClosestLast && !ok {
+			continue
+		}
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+// keyOf is the key an error of c names: none for a scan.
+func keyOf(c call, key string) string {
+	if c.op == is.OpScan || c.op == is.OpScanStable {
+		return ""
+	}
+	return key
+}
+
+func requireOpError(t *testing.T, op is.Operation, ns, key string, sentinel, err error) {
+	t.Helper()
+	var oe *is.OpError
+	switch {
+	case err == nil:
+		t.Errorf("%s (ns %q, key %q): no error, want %v", op, ns, key, sentinel)
+	case !errors.Is(err, sentinel):
+		t.Errorf("%s (ns %q, key %q): %v, want %v", op, ns, key, err, sentinel)
+	case !errors.As(err, &oe):
+		t.Errorf("%s (ns %q, key %q): %v (%T) is no *indexedstorage.OpError naming backend, operation and index", op, ns, key, err, err)
+	case oe.Backend == "" || oe.Op != op || oe.Namespace != ns || oe.Key != key:
+		t.Errorf("%s (ns %q, key %q): %v names backend %q, op %q, ns %q, key %q", op, ns, key, err, oe.Backend, oe.Op, oe.Namespace, oe.Key)
+	}
+}
