@@ -286,6 +286,57 @@ type budget struct {
 	scan, pages, archives, routes int
 }
 
-func newBudget(scan, pageSize, archives int) *budget {
-	return &budget{scan: scan, pages: pageBudget(scan, pageSize), archives: archives}
+// shares is one route's part of its mode's budgets for a tick: the keys it may examine, the scan
+// calls it may make, and the archives it may start.
+type shares struct {
+	scan, pages, archives int
+}
+
+// planBudgets is a tick's budget plan: each mode's routes share budgets of their own (a durable
+// backlog never takes the ephemeral routes' share, nor they its), split between the mode's routes as
+// they take their turns (budget.take).
+func planBudgets(cfg Config, routes []Route) map[oplog.Mode]*budget {
+	plan := map[oplog.Mode]*budget{
+		oplog.Ephemeral: {scan: cfg.MaxScannedPerTick, pages: pageBudget(cfg.MaxScannedPerTick, cfg.PageSize), archives: cfg.MaxArchivesPerTick},
+		oplog.Durable: {scan: cfg.DurableMaxScannedPerTick, pages: pageBudget(cfg.DurableMaxScannedPerTick, cfg.PageSize),
+			archives: cfg.DurableMaxArchivesPerTick},
+	}
+	for _, r := range routes {
+		plan[r.Mode].routes++
+	}
+	return plan
+}
+
+// take gives the next route its even share of what is left (rounded up, so that a small budget still
+// reaches the first routes), and says which budget stops the route when a share is nothing: a scan
+// or page share of 0 is scan_budget, an archive share of 0 archive_budget.
+func (b *budget) take() (shares, Reason) {
+	sh := shares{scan: share(b.scan, b.routes), pages: share(b.pages, b.routes), archives: share(b.archives, b.routes)}
+	b.routes--
+	switch {
+	case sh.scan == 0 || sh.pages == 0:
+		return sh, ReasonScanBudget
+	case sh.archives == 0:
+		return sh, ReasonArchiveBudget
+	}
+	return sh, ""
+}
+
+// spend takes what a route used from the budget, so that the routes after it share the rest.
+func (b *budget) spend(scanned, pages, archives int) {
+	b.scan -= scanned
+	b.pages -= pages
+	b.archives -= archives
+}
+
+// scanStop is the budget that stops a route's walk before its next page, "" when none does: its
+// candidates fill its archive share, or it has used its scan or page share.
+func scanStop(cands, scanned, pages int, sh shares) Reason {
+	switch {
+	case cands >= sh.archives:
+		return ReasonArchiveBudget
+	case scanned >= sh.scan || pages >= sh.pages:
+		return ReasonScanBudget
+	}
+	return ""
 }

@@ -219,3 +219,54 @@ func TestWalkParts_TheOwnerOfBucketZeroWalksOutsideTheBuckets(t *testing.T) {
 		}
 	}
 }
+
+// The budget plan: each mode's routes share their mode's budgets, each route taking an even share of
+// what the routes before it left.
+func TestPlanBudgets_SharesWhatTheRoutesBeforeLeft(t *testing.T) {
+	cfg := Config{PageSize: 10, MaxScannedPerTick: 100, MaxArchivesPerTick: 5,
+		DurableMaxScannedPerTick: 40, DurableMaxArchivesPerTick: 1}
+	routes := []Route{{Mode: oplog.Ephemeral}, {Mode: oplog.Ephemeral}, {Mode: oplog.Durable}, {Mode: oplog.Durable}}
+	plan := planBudgets(cfg, routes)
+	type used struct{ scanned, pages, archives int }
+	for _, c := range []struct {
+		name  string
+		mode  oplog.Mode
+		used  used // what the route then spends
+		want  shares
+		short Reason
+	}{
+		{"first ephemeral route: half, rounded up", oplog.Ephemeral, used{30, 3, 1}, shares{scan: 50, pages: 5, archives: 3}, ""},
+		{"second ephemeral route: what the first left", oplog.Ephemeral, used{70, 7, 4}, shares{scan: 70, pages: 7, archives: 4}, ""},
+		{"first durable route: its own budget", oplog.Durable, used{0, 0, 1}, shares{scan: 20, pages: 2, archives: 1}, ""},
+		{"second durable route: no archive left", oplog.Durable, used{}, shares{scan: 40, pages: 4, archives: 0}, ReasonArchiveBudget},
+	} {
+		sh, short := plan[c.mode].take()
+		if sh != c.want || short != c.short {
+			t.Fatalf("%s: take() = %+v %q, want %+v %q", c.name, sh, short, c.want, c.short)
+		}
+		plan[c.mode].spend(c.used.scanned, c.used.pages, c.used.archives)
+	}
+	spent := &budget{scan: 10, pages: 0, archives: 3, routes: 1}
+	if _, short := spent.take(); short != ReasonScanBudget {
+		t.Fatalf("no page left: %q, want scan_budget", short)
+	}
+}
+
+func TestScanStop(t *testing.T) {
+	sh := shares{scan: 100, pages: 4, archives: 2}
+	for _, c := range []struct {
+		cands, scanned, pages int
+		want                  Reason
+	}{
+		{0, 0, 0, ""},
+		{1, 99, 3, ""},
+		{2, 0, 0, ReasonArchiveBudget},
+		{2, 100, 4, ReasonArchiveBudget}, // the archive budget is said first
+		{0, 100, 0, ReasonScanBudget},
+		{0, 0, 4, ReasonScanBudget},
+	} {
+		if got := scanStop(c.cands, c.scanned, c.pages, sh); got != c.want {
+			t.Fatalf("scanStop(%d, %d, %d) = %q, want %q", c.cands, c.scanned, c.pages, got, c.want)
+		}
+	}
+}
