@@ -190,7 +190,7 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 					Source: layer.Name(), Target: layers[level+1].Name()},
 				id:     len(s.routes),
 				source: layer, primaryBelow: mode == oplog.Durable && level > 0,
-				pass:   1,
+				pass:         1,
 				scansOutside: isRangeScanner(layer),
 			})
 		}
