@@ -346,8 +346,8 @@ func (e *MovedOnError) Error() string {
 // ErrIndexReused is returned by an archive step that finds source entries at or below the target's
 // last index that are not byte-identical to what the layers below hold: the agent's indices started
 // again instead of continuing. The step appended and dropped nothing, so every entry stays readable
-// where it was.
-var ErrIndexReused = errors.New("oplog index reused")
+// where it was. It is an ErrIntegrity.
+var ErrIndexReused = NewIntegrityError("oplog index reused")
 
 // moveStalls bounds the tries of one hop whose appends the target keeps refusing with ErrConflict
 // without its last index moving on. A conflict is normally a concurrent drain of the same agent that

@@ -25,13 +25,27 @@ const (
 	OutcomeWaiting       Outcome = "waiting"        // sighted; not yet quiet across two passes
 	OutcomeUntracked     Outcome = "untracked"      // the tracking table was full: not remembered
 	OutcomeDeclined      Outcome = "declined"       // at the archive step: gone, moved on or locked
-	OutcomeArchiveFailed Outcome = "archive_failed" // the archive step failed or hit the step cap
-	OutcomeArchived      Outcome = "archived"       // drained to the bottom layer
+	OutcomeArchiveFailed Outcome = "archive_failed" // the archive step failed or hit the step cap: a later pass tries again
+	// OutcomeIntegrityFailed: the archive step met data that fails an integrity check (a chunk's
+	// checksum, a reused index). The agent stays tracked and is tried again, but no retry fixes it by
+	// itself: its entries stay where they are and wait for an operator.
+	OutcomeIntegrityFailed Outcome = "integrity_failed"
+	OutcomeArchived        Outcome = "archived" // drained to the bottom layer
 )
 
 // Outcomes lists every Outcome, in the order of a key's journey.
 var Outcomes = []Outcome{OutcomeUnparseable, OutcomeNotOwned, OutcomeResident, OutcomeActive, OutcomeUnreadable, OutcomeEmpty,
-	OutcomeWaiting, OutcomeUntracked, OutcomeDeclined, OutcomeArchiveFailed, OutcomeArchived}
+	OutcomeWaiting, OutcomeUntracked, OutcomeDeclined, OutcomeArchiveFailed, OutcomeIntegrityFailed, OutcomeArchived}
+
+// failure is the outcome of an archive step that failed with err: integrity_failed for data no retry
+// can fix (oplog.ErrIntegrity: a chunk that fails its checksum or parse, a reused index), else
+// archive_failed (a timeout, a refused call, the step cap), which a later pass tries again.
+func failure(err error) Outcome {
+	if errors.Is(err, oplog.ErrIntegrity) {
+		return OutcomeIntegrityFailed
+	}
+	return OutcomeArchiveFailed
+}
 
 // Reason is why a tick stopped before its work was done.
 type Reason string

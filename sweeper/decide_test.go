@@ -1,11 +1,15 @@
 package sweeper
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stratalog/strata/archive"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
@@ -267,6 +271,25 @@ func TestScanStop(t *testing.T) {
 	} {
 		if got := scanStop(c.cands, c.scanned, c.pages, sh); got != c.want {
 			t.Fatalf("scanStop(%d, %d, %d) = %q, want %q", c.cands, c.scanned, c.pages, got, c.want)
+		}
+	}
+}
+
+// Data no retry fixes fails as integrity_failed, apart from what a later pass may get through.
+func TestFailure_IntegrityApartFromTimeouts(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want Outcome
+	}{
+		{fmt.Errorf("drain: %w", archive.ErrCorruptChunk), OutcomeIntegrityFailed},
+		{fmt.Errorf("drain: %w", oplog.ErrIndexReused), OutcomeIntegrityFailed},
+		{fmt.Errorf("read: %w", context.DeadlineExceeded), OutcomeArchiveFailed},
+		{fmt.Errorf("drain: %w", oplog.ErrStepCap), OutcomeArchiveFailed},
+		{fmt.Errorf("drain: %w", is.ErrTransient), OutcomeArchiveFailed},
+		{errors.New("connection refused"), OutcomeArchiveFailed},
+	} {
+		if got := failure(c.err); got != c.want {
+			t.Fatalf("failure(%v) = %s, want %s", c.err, got, c.want)
 		}
 	}
 }

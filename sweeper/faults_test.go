@@ -551,3 +551,55 @@ func TestSweep_APassThatEndsWithMoreThanTheTickCanArchiveSaysSo(t *testing.T) {
 		t.Fatalf("next tick: %+v, truncated %v", rep.Outcomes, rep.Truncated)
 	}
 }
+
+// A stored chunk that fails its checksum is integrity_failed, not archive_failed: no later pass fixes
+// it. The agent stays tracked and nothing is moved past it.
+func TestSweep_ACorruptChunkIsIntegrityFailed(t *testing.T) {
+	e := newEnv(t, config())
+	bad := agent("corrupt")
+	e.strand(bad, 1, 3)
+	// A chunk above the agent's that does not parse, as a flipped byte on the disk leaves one.
+	if err := e.st.Storage.Append(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), bad.StoredKey(), 9, []byte("not a chunk")); err != nil {
+		t.Fatal(err)
+	}
+	e.tick()
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeIntegrityFailed] != 1 || rep.Outcomes[sweeper.OutcomeArchiveFailed] != 0 ||
+		rep.Outcomes[sweeper.OutcomeArchived] != 0 || rep.Routes[0].Errors != 1 {
+		t.Fatalf("outcomes %v, errors %d; want one integrity_failed", rep.Outcomes, rep.Routes[0].Errors)
+	}
+	if rep.Tracked != 1 || e.drainedCount(bad) != 0 {
+		t.Fatalf("tracked %d, drained %d: want the agent kept and not drained", rep.Tracked, e.drainedCount(bad))
+	}
+	if !strings.Contains(e.logs.String(), "integrity") {
+		t.Fatalf("no error logged: %s", e.logs.String())
+	}
+}
+
+// An agent that wrote indices its earlier life already archived is integrity_failed, and its entries
+// stay where they are.
+func TestSweep_AReusedIndexIsIntegrityFailed(t *testing.T) {
+	e := newEnv(t, config())
+	reused := agent("reused")
+	e.strand(reused, 1, 3)
+	e.tick()
+	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeArchived] != 1 {
+		t.Fatalf("first life: outcomes %v, want it archived", rep.Outcomes)
+	}
+	// Its second life starts again from index 1, with other entries.
+	var second []oplog.Entry
+	for i := 1; i <= 2; i++ {
+		second = append(second, oplog.Entry{Index: oplog.Index(i), Payload: []byte(fmt.Sprint("second life ", i))})
+	}
+	if err := e.stack.Append(t.Context(), reused, oplog.Ephemeral, second); err != nil {
+		t.Fatal(err)
+	}
+	e.tick()
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeIntegrityFailed] != 1 || rep.Outcomes[sweeper.OutcomeArchiveFailed] != 0 {
+		t.Fatalf("second life: outcomes %v, want one integrity_failed", rep.Outcomes)
+	}
+	if !e.inLayer(reused) {
+		t.Fatal("the second life's entries left compressed level 1")
+	}
+}

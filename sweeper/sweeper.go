@@ -695,7 +695,7 @@ dispatch:
 			if s.opts.OnDrained != nil {
 				s.opts.OnDrained(res.agent, r.Mode)
 			}
-		case OutcomeArchiveFailed:
+		case OutcomeArchiveFailed, OutcomeIntegrityFailed:
 			rr.Errors++
 		case OutcomeDeclined:
 			if res.current == 0 {
@@ -722,7 +722,7 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 	failed := func(what string, err error) archived {
 		s.log.Warn("sweep archive failed; the agent stays tracked and is tried again on a later pass",
 			"route", r.Name, "agent", c.agent.Key(), "call", what, "err", err, "cut", ctx.Err() != nil)
-		res.outcome = OutcomeArchiveFailed
+		res.outcome = failure(err)
 		return res
 	}
 	if s.opts.Locker != nil {
@@ -768,13 +768,14 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 	case errors.Is(err, oplog.ErrStepCap):
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
 			"agent", c.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
-		res.outcome = OutcomeArchiveFailed
-	case errors.Is(err, oplog.ErrIndexReused):
+		res.outcome = failure(err)
+	case errors.Is(err, oplog.ErrIntegrity):
 		// No later pass can fix this by itself: the executor wrote indices an earlier lifetime of the
-		// agent already archived. Nothing was moved or dropped; the entries wait for an operator.
-		s.log.Error("sweep cannot archive an agent whose indices were reused; its entries stay where they are",
-			"route", r.Name, "agent", c.agent.Key(), "err", err)
-		res.outcome = OutcomeArchiveFailed
+		// agent already archived (ErrIndexReused), or a stored chunk fails its checksum. Nothing was
+		// moved or dropped past it; the entries wait for an operator.
+		s.log.Error("sweep cannot archive an agent whose stored data fails an integrity check (reused indices, "+
+			"a corrupt chunk); its entries stay where they are", "route", r.Name, "agent", c.agent.Key(), "err", err)
+		res.outcome = failure(err)
 	case err != nil:
 		return failed("drain", err)
 	case !res.drained.Finished(r.Level):
