@@ -172,15 +172,31 @@ func TestNextWait_DoublesToTheCapAndResets(t *testing.T) {
 
 func TestConfig_ClampsAndValidation(t *testing.T) {
 	c := DefaultConfig()
-	c.Interval, c.MaxTickDuration = 0, 0
+	c.Interval, c.MaxTickDuration = time.Nanosecond, time.Nanosecond
 	c = c.clamped()
-	if c.Interval != MinInterval || c.MaxTickDuration != MinTickDuration {
-		t.Fatalf("clamped %v %v", c.Interval, c.MaxTickDuration)
+	if c.Interval != MinInterval || c.MaxTickDuration != MinTickDuration || c.MaxAgentDuration != MinTickDuration {
+		t.Fatalf("clamped %v %v %v", c.Interval, c.MaxTickDuration, c.MaxAgentDuration)
 	}
 	bad := DefaultConfig()
-	bad.PageSize = 0
-	if bad.Validate() == nil {
-		t.Fatal("page_size 0 accepted")
+	bad.PageSize = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "sweep page_size -1: want 0 (the default) or from 1 to 10000") {
+		t.Fatalf("page_size -1: %v", err)
+	}
+}
+
+// Zero is the default for every field but Enabled: the zero Config is DefaultConfig switched off.
+func TestConfig_ZeroFieldsTakeTheDefaults(t *testing.T) {
+	var zero Config
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("Config{} refused: %v", err)
+	}
+	want := DefaultConfig().clamped()
+	want.Enabled = false
+	if got := zero.clamped(); got != want {
+		t.Fatalf("Config{} reads as %+v; want the defaults %+v", got, want)
+	}
+	if c := (Config{ShutdownGrace: -1, MaxBackoffIntervals: 1}).clamped(); c.ShutdownGrace != 0 || c.MaxBackoffIntervals != 1 {
+		t.Fatalf("a negative grace and a cap of 1: %v, %d; want none and no backoff", c.ShutdownGrace, c.MaxBackoffIntervals)
 	}
 }
 

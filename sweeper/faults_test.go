@@ -475,7 +475,10 @@ func TestNew_ALayerOfAnUncomparableTypeIsFine(t *testing.T) {
 
 func TestConfig_ValidateRejectsEveryValueOutsideItsRange(t *testing.T) {
 	for name, mutate := range map[string]func(*sweeper.Config){
-		"page_size 0":                        func(c *sweeper.Config) { c.PageSize = 0 },
+		"page_size negative":                 func(c *sweeper.Config) { c.PageSize = -1 },
+		"max_concurrency negative":           func(c *sweeper.Config) { c.MaxConcurrency = -1 },
+		"max_tracked_agents negative":        func(c *sweeper.Config) { c.MaxTrackedAgents = -1 },
+		"shutdown_grace past its top":        func(c *sweeper.Config) { c.ShutdownGrace = sweeper.ShutdownGraceRange.Max + 1 },
 		"page_size past its top":             func(c *sweeper.Config) { c.PageSize = sweeper.PageSizeRange.Max + 1 },
 		"max_scanned_per_tick at 2^63-1":     func(c *sweeper.Config) { c.MaxScannedPerTick = 1<<63 - 1 },
 		"max_archives_per_tick at 2^63-1":    func(c *sweeper.Config) { c.MaxArchivesPerTick = 1<<63 - 1 },
@@ -487,7 +490,6 @@ func TestConfig_ValidateRejectsEveryValueOutsideItsRange(t *testing.T) {
 		"interval of a century":              func(c *sweeper.Config) { c.Interval = 100 * 365 * 24 * time.Hour },
 		"max_tick_duration negative":         func(c *sweeper.Config) { c.MaxTickDuration = -1 },
 		"max_agent_duration past its top":    func(c *sweeper.Config) { c.MaxAgentDuration = 1<<63 - 1 },
-		"shutdown_grace negative":            func(c *sweeper.Config) { c.ShutdownGrace = -1 },
 	} {
 		c := sweeper.DefaultConfig()
 		mutate(&c)
@@ -602,4 +604,23 @@ func TestSweep_AReusedIndexIsIntegrityFailed(t *testing.T) {
 	if !e.inLayer(reused) {
 		t.Fatal("the second life's entries left compressed level 1")
 	}
+}
+
+// sweeper.Config{} is a sweep with the defaults, switched off; switched on, it sweeps.
+func TestNew_TheZeroConfigIsTheDefaults(t *testing.T) {
+	e := newEnv(t, sweeper.Config{})
+	want := sweeper.DefaultConfig()
+	want.Enabled, want.MaxAgentDuration = false, want.MaxTickDuration
+	if got := e.sw.Config(); got != want {
+		t.Fatalf("Config() = %+v; want %+v", got, want)
+	}
+	if rep := e.tick(); !rep.Disabled {
+		t.Fatalf("the zero Config swept: %+v", rep)
+	}
+	e = newEnv(t, sweeper.Config{Enabled: true})
+	a := agent("zero")
+	e.strand(a, 1, 2)
+	e.tick()
+	e.tick()
+	e.requireArchived(a, 2)
 }

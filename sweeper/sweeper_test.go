@@ -596,13 +596,13 @@ func TestRun_StopsOnCancelAfterArchiving(t *testing.T) {
 
 func TestNew_RejectsInvalidConfigAndAStackWithoutSources(t *testing.T) {
 	cfg := config()
-	cfg.MaxConcurrency = 0
+	cfg.MaxConcurrency = -1 // 0 is the default
 	st := memory.New()
 	c1, _ := archive.NewCompressed(st, 1)
 	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
 	stack, _ := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
 	if _, err := sweeper.New(cfg, stack, sweeper.Options{}); err == nil {
-		t.Fatal("max_concurrency 0 accepted")
+		t.Fatal("max_concurrency -1 accepted")
 	}
 	if _, err := sweeper.New(config(), nil, sweeper.Options{}); err == nil {
 		t.Fatal("nil stack accepted")

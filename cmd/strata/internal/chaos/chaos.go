@@ -592,8 +592,8 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 	case "deadline":
 		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), b.bTick(), sweeper.DefaultMaxBackoffIntervals, false)
 	case "no-deadline":
-		// No deadline (a tick runs until its budgets are spent) and no backoff (a cap of 0 reads as 1).
-		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), 24*time.Hour, 0, false)
+		// No deadline (a tick runs until its budgets are spent) and no backoff (a cap of 1 interval).
+		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), 24*time.Hour, 1, false)
 	}
 	if err != nil {
 		stopBg()
