@@ -255,6 +255,13 @@ func ceilDiv(a, b int) int {
 	return q
 }
 
+// firstWait is how long Run waits before its first tick: the fraction r of interval, r clamped to
+// [0, 1], so that sweeps started at once spread their first ticks, and every one after, over an
+// interval.
+func firstWait(interval time.Duration, r float64) time.Duration {
+	return time.Duration(float64(interval) * min(max(r, 0), 1))
+}
+
 // order puts the routes a tick could not afford first, the rest after, each group in stack order.
 func order(starved []bool) []int {
 	var first, rest []int

@@ -309,3 +309,16 @@ func TestFailure_IntegrityApartFromTimeouts(t *testing.T) {
 		}
 	}
 }
+
+func TestFirstWait_AFractionOfTheInterval(t *testing.T) {
+	for _, c := range []struct {
+		r    float64
+		want time.Duration
+	}{
+		{0, 0}, {0.25, 15 * time.Second}, {0.999, 59940 * time.Millisecond}, {1, time.Minute}, {-1, 0}, {7, time.Minute},
+	} {
+		if got := firstWait(time.Minute, c.r); got != c.want {
+			t.Fatalf("firstWait(1m, %v) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// FirstTickJitter gives the fraction of Config.Interval that Run waits before its first tick, from
+	// [0, 1) (firstWait), so that sidecars started together, as a rollout starts them, spread their ticks
+	// over an interval instead of ticking in step (River staggers its first run the same way). nil: a
+	// uniform random fraction (math/rand/v2). A func returning 0 ticks at once, as a lone in-process
+	// sweep or a test may want.
+	FirstTickJitter func() float64
 }
 
 // Route is one hop the sweep drives: agents found in Source (a layer that can enumerate them) are
@@ -229,7 +236,8 @@ func (s *Sweeper) Routes() []Route {
 func (s *Sweeper) Config() Config { return s.cfg }
 
 // Run ticks every Interval (longer while ticks keep hitting their deadline) until ctx is cancelled, and
-// returns nil then. The agents being archived when ctx is cancelled get ShutdownGrace to finish, and
+// returns nil then; its first tick comes after a random fraction of an interval (Options.
+// FirstTickJitter). The agents being archived when ctx is cancelled get ShutdownGrace to finish, and
 // are cut after it (a cut step converges on a later pass), so Run returns within the grace plus the
 // time the storage driver takes to give a cancelled call back. A disabled sweep returns at once.
 func (s *Sweeper) Run(ctx context.Context) error {
@@ -237,18 +245,35 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		s.log.Info("sweep disabled: ephemeral agents register scheduled rows instead")
 		return nil
 	}
-	for {
+	jitter := s.opts.FirstTickJitter
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	for wait := firstWait(s.cfg.Interval, jitter()); ; {
+		if !sleep(ctx, wait) {
+			return nil
+		}
 		rep := s.SweepOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		timer := time.NewTimer(rep.NextWait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case <-timer.C:
-		}
+		wait = rep.NextWait
+	}
+}
+
+// sleep waits d, and reports false if ctx is cancelled first. A wait of 0 does not look at ctx: the
+// tick it leads to sees the cancellation itself.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 

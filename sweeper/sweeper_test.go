@@ -764,3 +764,25 @@ func TestSweep_AKeyWithAnotherBucketsPrefixIsUnparseableAndNeverArchived(t *test
 		t.Fatalf("the misplaced key's entries are gone: %v %v", ok, err)
 	}
 }
+
+// Run's first tick waits its jitter's fraction of the interval: cancelled within that wait, it has
+// ticked never.
+func TestRun_TheFirstTickWaitsItsJitter(t *testing.T) {
+	cfg := config()
+	cfg.Interval = time.Hour
+	asked := make(chan struct{})
+	e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) {
+		o.FirstTickJitter = func() float64 { close(asked); return 0.5 }
+	}))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- e.sw.Run(ctx) }()
+	<-asked
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if last := e.sw.Status().Last; !last.Start.IsZero() {
+		t.Fatalf("Run ticked before half an hour had passed: %+v", last)
+	}
+}

@@ -486,6 +486,8 @@ func (b *bench) sweeper(stack *oplog.Stack, exec *executor, interval, tick time.
 		Residency: exec.isResident,
 		Shards:    func() (sweeper.Assignment, bool) { return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true },
 		Logger:    b.log,
+		// The scenarios time the sweep's ticks themselves: no stagger.
+		FirstTickJitter: func() float64 { return 0 },
 	}
 	if durableRoute {
 		cfg.DurableMinIdle = durableMinIdle
