@@ -90,22 +90,25 @@ type Route struct {
 }
 
 type route struct {
+	// Set by New and only read after it.
 	Route
 	id     int // its index in Sweeper.routes and its table's in the tracker
 	source oplog.Layer
 	// primaryBelow: a durable route whose source is an archive layer, whose agents' newest entries may
 	// be in the primary, above it: the gate reads the primary's last index too.
 	primaryBelow bool
+	// scansOutside: the source can walk the parts of its namespace outside every bucket
+	// (oplog.RangeScanner), so the owner of bucket 0 counts and names the keys there.
+	scansOutside bool
+
+	// The walk state, below: Sweeper.mu guards it (only a tick reads or writes it).
 
 	// parts are the key ranges a pass walks, from the assignment (walkParts); the pass is in parts[at],
 	// continuing from resume. A changed assignment restarts the walk on its own parts.
 	parts  []part
 	at     int
 	resume is.Resume // where the walk of parts[at] continues; lives in memory only
-	// scansOutside: the source can walk the parts of its namespace outside every bucket
-	// (oplog.RangeScanner), so the owner of bucket 0 counts and names the keys there.
-	scansOutside bool
-	pass         uint64 // the pass under way, from 1
+	pass   uint64    // the pass under way, from 1
 	// scanned is the pass this tick's scan of the route ran in (pass, or pass-1 once the scan completed
 	// it): what the archive phase stamps a declined agent with.
 	scanned uint64
@@ -122,6 +125,7 @@ type candidate struct {
 // Sweeper is the sweep over one stack. SweepOnce and Run may be called from one goroutine at a time
 // each; Status from any.
 type Sweeper struct {
+	// Set by New and only read after it: no lock.
 	cfg    Config
 	stack  *oplog.Stack
 	opts   Options

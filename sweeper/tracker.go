@@ -4,7 +4,7 @@ import "maps"
 
 // tracker is the sweep's memory of the agents it has sighted: one table per route, keyed by stored key,
 // and the count over all of them, which MaxTrackedAgents bounds. Every write goes through its methods,
-// so the count cannot drift from the tables.
+// so the count cannot drift from the tables. It is not safe for concurrent use: Sweeper.mu guards it.
 type tracker struct {
 	tables []map[string]sighting // by route index
 	n      int                   // entries over every table
