@@ -180,6 +180,8 @@ func newEnvOn(t *testing.T, st is.Storage, cfg sweeper.Config, opts ...envOption
 		Shards:    func() (sweeper.Assignment, bool) { e.mu.Lock(); defer e.mu.Unlock(); return e.assign, e.assigned },
 		OnDrained: func(a oplog.AgentID, _ oplog.Mode) { e.mu.Lock(); defer e.mu.Unlock(); e.drained[a]++ },
 		Logger:    slog.New(slog.NewTextHandler(&lockedWriter{w: e.logs}, nil)),
+		// Run ticks at once: the tests that run it wait for its ticks, not for a stagger.
+		FirstTickJitter: func() float64 { return 0 },
 	}
 	for _, opt := range opts {
 		opt(e, &o, &archives)
