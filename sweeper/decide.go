@@ -3,10 +3,12 @@ package sweeper
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/backoff"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -279,16 +281,9 @@ func order(starved []bool) []int {
 // deadline, capped at maxBackoffIntervals intervals (0 reads as 1, so the wait never shrinks to
 // nothing and spins the loop).
 func nextWait(interval time.Duration, deadlineHits, maxBackoffIntervals int) time.Duration {
-	limit := max(maxBackoffIntervals, 1)
-	mult := 1
-	for range deadlineHits {
-		if mult*2 > limit {
-			mult = limit
-			break
-		}
-		mult *= 2
-	}
-	return interval * time.Duration(mult)
+	limit := time.Duration(max(maxBackoffIntervals, 1))
+	waits := backoff.Policy{Initial: interval, Max: interval * limit, Multiplier: 2}
+	return waits.Delay(min(deadlineHits, math.MaxInt-1) + 1) // no hit yet is the first wait
 }
 
 // tally counts outcomes.

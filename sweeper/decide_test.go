@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -320,5 +321,11 @@ func TestFirstWait_AFractionOfTheInterval(t *testing.T) {
 		if got := firstWait(time.Minute, c.r); got != c.want {
 			t.Fatalf("firstWait(1m, %v) = %v, want %v", c.r, got, c.want)
 		}
+	}
+}
+
+func TestNextWait_CappedAtTheTopOfTheRange(t *testing.T) {
+	if got := nextWait(time.Minute, math.MaxInt, 8); got != 8*time.Minute {
+		t.Fatalf("nextWait(hits MaxInt) = %v, want 8m", got)
 	}
 }

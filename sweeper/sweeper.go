@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/backoff"
 	"github.com/stratalog/strata/internal/grace"
 	"github.com/stratalog/strata/oplog"
 )
@@ -268,17 +269,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 // sleep waits d, and reports false if ctx is cancelled first. A wait of 0 does not look at ctx: the
 // tick it leads to sees the cancellation itself.
 func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
+	return d <= 0 || backoff.Wait(ctx, d) == nil
 }
 
 // stopReason says why a tick must stop at a boundary: shutdown (the caller's context) or its deadline.
