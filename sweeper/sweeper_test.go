@@ -598,9 +598,10 @@ func TestNew_RejectsInvalidConfigAndAStackWithoutSources(t *testing.T) {
 	cfg := config()
 	cfg.MaxConcurrency = -1 // 0 is the default
 	st := memory.New()
-	c1, _ := archive.NewCompressed(st, 1)
-	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
-	stack, _ := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	stack, err := archive.DefaultStack(st, memory.NewBlobStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := sweeper.New(cfg, stack, sweeper.Options{}); err == nil {
 		t.Fatal("max_concurrency -1 accepted")
 	}
@@ -612,7 +613,14 @@ func TestNew_RejectsInvalidConfigAndAStackWithoutSources(t *testing.T) {
 		t.Fatalf("the zero stack: %v, want ErrStackNotBuilt", err)
 	}
 	// A stack whose only archive is the blob layer has nothing to sweep: no routes, no error.
-	blobOnly, _ := oplog.NewStack(oplog.NewPrimary(st), b0)
+	b0, err := archive.NewBlob(memory.NewBlobStore(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobOnly, err := oplog.NewStack(oplog.NewPrimary(st), b0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sw, err := sweeper.New(config(), blobOnly, sweeper.Options{})
 	if err != nil || len(sw.Routes()) != 0 {
 		t.Fatalf("blob-only stack: %v routes, %v", sw.Routes(), err)
