@@ -125,6 +125,8 @@ type hooks struct {
 	removing func(ns, key string)
 	// unlinking runs under the exclusive lock once the file was found empty, before it is unlinked.
 	unlinking func(ns, key string)
+	// removalStep runs as a removal (lock.go) completes each step.
+	removalStep func(step removalStep)
 }
 
 var _ is.Storage = (*Store)(nil)
@@ -308,60 +310,6 @@ func (s *Store) current(ctx context.Context, path string, create bool) (*conn, e
 			return nil, err
 		}
 	}
-}
-
-// remove removes the file of (ns, key) if it holds no row, by the protocol of lock.go: under the
-// exclusive lock of its directory, after checking again that it is empty; then its directory, if that
-// left it empty. A lock that other processes hold for longer than patience leaves the file (it is in
-// use), which a later drop or the first operation to find it empty removes; that is no error.
-func (s *Store) remove(ctx context.Context, ns, key string, patience time.Duration) error {
-	ctx = context.WithoutCancel(ctx)
-	loc := locate(ns, key)
-	if s.hooks.removing != nil {
-		s.hooks.removing(ns, key)
-	}
-	lk, err := s.lockDir(ctx, ns, loc.dir, true, false, patience)
-	switch {
-	case errors.Is(err, errBusy):
-		return nil
-	case err != nil:
-		return err
-	case lk == nil:
-		return nil // the directory is gone, and the file with it
-	}
-	defer lk.unlock()
-	path := s.path(ns, loc)
-	c, err := s.current(ctx, path, false)
-	if err != nil || c == nil {
-		return err
-	}
-	empty, err := c.eng.Empty(ctx)
-	if err != nil || !empty {
-		s.pool.release(c)
-		return err
-	}
-	if s.hooks.unlinking != nil {
-		s.hooks.unlinking(ns, key)
-	}
-	if err := os.Remove(path); err != nil {
-		s.pool.release(c)
-		return fmt.Errorf("multisqlite: remove emptied file: %w", err)
-	}
-	for _, side := range []string{"-wal", "-shm"} {
-		if err := os.Remove(path + side); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			// The file is gone, and with it the index; a stray side file is no index and no walk
-			// lists it. It is removed with the next file of that name.
-			break
-		}
-	}
-	s.pool.discard(c)
-	s.pool.release(c)
-	s.removed.Add(1)
-	// Only an empty directory can be removed; one that still holds files stays.
-	if err := os.Remove(filepath.Dir(path)); err == nil {
-		s.listings.drop(ns)
-	}
-	return nil
 }
 
 // tidy removes the file of (ns, key) if a read found the index empty: a file a drop could not remove
