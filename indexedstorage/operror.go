@@ -50,9 +50,8 @@ func (e *OpError) Unwrap() error { return e.Err }
 
 // NewOpError is the constructor backends call from their one choke point, after classifying err. A
 // nil err returns nil. An err that is itself an *OpError (not wrapped) is renamed rather than nested,
-// so that the outermost layer names the operation once: a store built on another's (multi-SQLite's
-// files are SQLite stores) says its own name, and a helper that already failed through the choke
-// point does not print the index twice.
+// so that the outermost layer names the operation once: a store built on another's says its own
+// name, and a helper that already failed through the choke point does not print the index twice.
 func NewOpError(backend string, op Operation, ns, key string, err error) error {
 	if err == nil {
 		return nil

@@ -340,7 +340,7 @@ func readNamespace(dir string) (nsListing, error) {
 		return nsListing{}, nil
 	}
 	if err != nil {
-		return nsListing{}, fmt.Errorf("multisqlite: list %s: %w", filepath.Base(dir), err)
+		return nsListing{}, fmt.Errorf("list %s: %w", filepath.Base(dir), err)
 	}
 	var out nsListing
 	for _, e := range entries {
@@ -362,7 +362,7 @@ func readFiles(nsDir, dir string) ([]string, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("multisqlite: list %s/%s: %w", filepath.Base(nsDir), dir, err)
+		return nil, fmt.Errorf("list %s/%s: %w", filepath.Base(nsDir), dir, err)
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {

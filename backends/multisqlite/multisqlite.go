@@ -10,7 +10,8 @@
 // same directory. docs/multisqlite.md has the exact escaping.
 //
 // Each file has the sqlite backend's schema and holds the rows of its one index, so every per-index
-// operation is the sqlite backend's on that file, with its atomicity. Reads of a missing index never
+// operation is the sqlite backend's on that file, with its atomicity: both run the one engine of
+// backends/internal/sqlitefile, multi-SQLite on one connection per file. Reads of a missing index never
 // create a file; only writes do.
 //
 // A file emptied by DropPrefix or Delete is removed, and its directory with it when that was the
@@ -39,7 +40,6 @@ package multisqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -54,7 +54,7 @@ import (
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
-	"github.com/stratalog/strata/backends/sqlite"
+	"github.com/stratalog/strata/backends/internal/sqlitefile"
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
@@ -125,6 +125,8 @@ type hooks struct {
 	removing func(ns, key string)
 	// unlinking runs under the exclusive lock once the file was found empty, before it is unlinked.
 	unlinking func(ns, key string)
+	// removalStep runs as a removal (lock.go) completes each step.
+	removalStep func(step removalStep)
 }
 
 var _ is.Storage = (*Store)(nil)
@@ -165,12 +167,19 @@ func Open(_ context.Context, dir string, opts Options) (*Store, error) {
 	}
 	busy := opts.BusyTimeout
 	if busy <= 0 {
-		busy = sqlite.DefaultBusyTimeout
+		busy = sqlitefile.DefaultBusyTimeout
 	}
 	s := &Store{dir: abs, listings: newListings(ttl, opts.OnList), busy: busy, readOnly: opts.ReadOnly}
-	// A file of this store that holds someone else's tables is damaged, not blank: never migrate it.
-	fileOpts := sqlite.Options{BusyTimeout: opts.BusyTimeout, RefuseForeignTables: true, ReadOnly: opts.ReadOnly}
-	s.pool = newPool(maxOpen, fileOpts)
+	s.pool = newPool(maxOpen, sqlitefile.Options{
+		BusyTimeout:      opts.BusyTimeout,
+		SingleConnection: true, // a file is one connection: the pool counts descriptors
+		// A file of this store that holds someone else's tables is damaged, not blank: never migrate it.
+		RefuseForeignTables: true,
+		// Closing a connection to a removed file must not unlink, by path, the -wal and -shm of a file
+		// created since under its name (lock.go).
+		PersistWAL: true,
+		ReadOnly:   opts.ReadOnly,
+	})
 	return s, nil
 }
 
@@ -221,9 +230,9 @@ func (s *Store) Close() error {
 
 // index runs fn on the file of (ns, key) after validation, under the shared lock of the file's
 // directory and on a connection to the file the path names now. Without create, a missing file is a
-// missing index: fn is not called and found is false. Every error, fn's (its file store's, renamed)
+// missing index: fn is not called and found is false. Every error, fn's (its engine's, classified)
 // and a file's that cannot be opened or locked, goes through fail.
-func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, create bool, fn func(st *sqlite.Store) error) (found bool, err error) {
+func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, create bool, fn func(f *sqlitefile.Engine) error) (found bool, err error) {
 	if err := is.ValidateIndex(ns, key); err != nil {
 		return false, fail(op, ns, key, err)
 	}
@@ -235,43 +244,25 @@ func (s *Store) index(ctx context.Context, op is.Operation, ns, key string, crea
 		if s.hooks.checked != nil {
 			s.hooks.checked(op, ns, key)
 		}
-		return fn(c.st)
+		return fn(c.eng)
 	})
-	var fe fileStoreError
-	if errors.As(err, &fe) {
-		err = fe.err // named by the file's store, as this backend's own operation: fail renames it
-	}
 	return found, fail(op, ns, key, err)
 }
 
-// backendName names this backend in its errors, also those of its files' SQLite stores.
+// backendName names this backend in its errors.
 const backendName = "multisqlite"
 
 // fail is the one place an operation's error takes its shape: an is.OpError naming this backend, the
-// operation (as metrics name it) and the index. An error a file's store returned, already an OpError
-// naming "sqlite", is renamed (is.NewOpError), not nested. A nil err returns nil.
+// operation (as metrics name it) and the index. An engine's error reaches it classified (withFile). A
+// nil err returns nil.
 func fail(op is.Operation, ns, key string, err error) error {
 	return is.NewOpError(backendName, op, ns, key, err)
 }
 
-// fileCause is what a file's store says went wrong, without the name of its operation: a walk that
-// reads a file names its own.
-func fileCause(err error) error {
-	if oe, ok := err.(*is.OpError); ok {
-		return oe.Err
-	}
-	return err
-}
-
-// fileStoreError marks an error returned by fn in withFile: the file's own store named it.
-type fileStoreError struct{ err error }
-
-func (e fileStoreError) Error() string { return e.err.Error() }
-func (e fileStoreError) Unwrap() error { return e.err }
-
 // withFile runs fn on a connection to the file at loc under its directory's shared lock (see lock.go):
 // the connection is on the file the path names, and no remover can unlink it until fn returns. found is
-// false, and fn is not called, when the file does not exist and create is not set.
+// false, and fn is not called, when the file does not exist and create is not set. fn's error, the
+// file engine's, comes back classified.
 func (s *Store) withFile(ctx context.Context, ns string, loc location, create bool, fn func(c *conn) error) (found bool, err error) {
 	lk, err := s.lockDir(ctx, ns, loc.dir, false, create, s.busy)
 	if err != nil || lk == nil {
@@ -283,13 +274,13 @@ func (s *Store) withFile(ctx context.Context, ns string, loc location, create bo
 		return false, err
 	}
 	defer s.pool.release(c)
-	if err := fn(c); err != nil {
+	if err := c.eng.Classify(fn(c)); err != nil {
 		if s.readOnly && is.IsTransient(err) {
-			// A file read as immutable that a writer has touched since fails every read (sqlite's
+			// A file read as immutable that a writer has touched since fails every read (sqlitefile's
 			// ReadOnly): the next operation opens it afresh.
 			s.pool.discard(c)
 		}
-		return true, fileStoreError{err}
+		return true, err
 	}
 	return true, nil
 }
@@ -316,76 +307,9 @@ func (s *Store) current(ctx context.Context, path string, create bool) (*conn, e
 			}
 		default:
 			s.pool.release(c)
-			return nil, fmt.Errorf("multisqlite: %w", err)
+			return nil, err
 		}
 	}
-}
-
-// fileEmpty reports whether the file holds no row at all (of any key: a file this backend would remove
-// must hold nothing).
-func fileEmpty(ctx context.Context, st *sqlite.Store) (bool, error) {
-	var one int
-	switch err := st.DB().QueryRowContext(ctx, `SELECT 1 FROM index_storage LIMIT 1`).Scan(&one); {
-	case errors.Is(err, sql.ErrNoRows):
-		return true, nil
-	case err != nil:
-		return false, err
-	}
-	return false, nil
-}
-
-// remove removes the file of (ns, key) if it holds no row, by the protocol of lock.go: under the
-// exclusive lock of its directory, after checking again that it is empty; then its directory, if that
-// left it empty. A lock that other processes hold for longer than patience leaves the file (it is in
-// use), which a later drop or the first operation to find it empty removes; that is no error.
-func (s *Store) remove(ctx context.Context, ns, key string, patience time.Duration) error {
-	ctx = context.WithoutCancel(ctx)
-	loc := locate(ns, key)
-	if s.hooks.removing != nil {
-		s.hooks.removing(ns, key)
-	}
-	lk, err := s.lockDir(ctx, ns, loc.dir, true, false, patience)
-	switch {
-	case errors.Is(err, errBusy):
-		return nil
-	case err != nil:
-		return err
-	case lk == nil:
-		return nil // the directory is gone, and the file with it
-	}
-	defer lk.unlock()
-	path := s.path(ns, loc)
-	c, err := s.current(ctx, path, false)
-	if err != nil || c == nil {
-		return err
-	}
-	empty, err := fileEmpty(ctx, c.st)
-	if err != nil || !empty {
-		s.pool.release(c)
-		return err
-	}
-	if s.hooks.unlinking != nil {
-		s.hooks.unlinking(ns, key)
-	}
-	if err := os.Remove(path); err != nil {
-		s.pool.release(c)
-		return fmt.Errorf("multisqlite: remove emptied file: %w", err)
-	}
-	for _, side := range []string{"-wal", "-shm"} {
-		if err := os.Remove(path + side); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			// The file is gone, and with it the index; a stray side file is no index and no walk
-			// lists it. It is removed with the next file of that name.
-			break
-		}
-	}
-	s.pool.discard(c)
-	s.pool.release(c)
-	s.removed.Add(1)
-	// Only an empty directory can be removed; one that still holds files stays.
-	if err := os.Remove(filepath.Dir(path)); err == nil {
-		s.listings.drop(ns)
-	}
-	return nil
 }
 
 // tidy removes the file of (ns, key) if a read found the index empty: a file a drop could not remove
@@ -398,8 +322,8 @@ func (s *Store) tidy(ctx context.Context, found, empty bool, ns, key string) {
 }
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (exists bool, err error) {
-	found, err := s.index(ctx, is.OpExists, ns, key, false, func(st *sqlite.Store) (err error) {
-		exists, err = st.Exists(ctx, ns, key)
+	found, err := s.index(ctx, is.OpExists, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		exists, err = f.Exists(ctx, ns, key)
 		return err
 	})
 	s.tidy(ctx, found, err == nil && !exists, ns, key)
@@ -434,16 +358,11 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 		return nil
 	}
 	empty := false
-	found, err := s.index(ctx, op, ns, key, true, func(st *sqlite.Store) error {
-		var err error
-		if op == is.OpAppend {
-			err = st.Append(ctx, ns, key, entries[0].ID, entries[0].Value)
-		} else {
-			err = st.AppendMany(ctx, ns, key, entries)
-		}
+	found, err := s.index(ctx, op, ns, key, true, func(f *sqlitefile.Engine) error {
+		err := f.Append(ctx, ns, key, entries)
 		if err != nil {
 			// A failed first append leaves a file created for nothing.
-			empty, _ = fileEmpty(ctx, st)
+			empty, _ = f.Empty(ctx)
 		}
 		return err
 	})
@@ -452,8 +371,8 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (n uint64, err error) {
-	found, err := s.index(ctx, is.OpLength, ns, key, false, func(st *sqlite.Store) (err error) {
-		n, err = st.Length(ctx, ns, key)
+	found, err := s.index(ctx, is.OpLength, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		n, err = f.Length(ctx, ns, key)
 		return err
 	})
 	s.tidy(ctx, found, err == nil && n == 0, ns, key)
@@ -461,16 +380,16 @@ func (s *Store) Length(ctx context.Context, ns, key string) (n uint64, err error
 }
 
 func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) (out []is.Entry, err error) {
-	_, err = s.index(ctx, is.OpRead, ns, key, false, func(st *sqlite.Store) (err error) {
-		out, err = st.Read(ctx, ns, key, from, to)
+	_, err = s.index(ctx, is.OpRead, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		out, err = f.Read(ctx, ns, key, from, to)
 		return err
 	})
 	return out, err
 }
 
 func (s *Store) First(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
-	found, err := s.index(ctx, is.OpFirst, ns, key, false, func(st *sqlite.Store) (err error) {
-		e, ok, err = st.First(ctx, ns, key)
+	found, err := s.index(ctx, is.OpFirst, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		e, ok, err = f.First(ctx, ns, key)
 		return err
 	})
 	s.tidy(ctx, found, err == nil && !ok, ns, key)
@@ -478,8 +397,8 @@ func (s *Store) First(ctx context.Context, ns, key string) (e is.Entry, ok bool,
 }
 
 func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
-	found, err := s.index(ctx, is.OpLast, ns, key, false, func(st *sqlite.Store) (err error) {
-		e, ok, err = st.Last(ctx, ns, key)
+	found, err := s.index(ctx, is.OpLast, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		e, ok, err = f.Last(ctx, ns, key)
 		return err
 	})
 	s.tidy(ctx, found, err == nil && !ok, ns, key)
@@ -487,8 +406,8 @@ func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, 
 }
 
 func (s *Store) LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error) {
-	found, err := s.index(ctx, is.OpLastID, ns, key, false, func(st *sqlite.Store) (err error) {
-		id, ok, err = st.LastID(ctx, ns, key)
+	found, err := s.index(ctx, is.OpLastID, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		id, ok, err = f.LastID(ctx, ns, key)
 		return err
 	})
 	s.tidy(ctx, found, err == nil && !ok, ns, key)
@@ -496,8 +415,8 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (id uint64, ok bool,
 }
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.Entry, ok bool, err error) {
-	_, err = s.index(ctx, is.OpClosest, ns, key, false, func(st *sqlite.Store) (err error) {
-		e, ok, err = st.Closest(ctx, ns, key, id)
+	_, err = s.index(ctx, is.OpClosest, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		e, ok, err = f.Closest(ctx, ns, key, id)
 		return err
 	})
 	return e, ok, err
@@ -505,8 +424,8 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.En
 
 // ClosestLast reads the index's file once (is.ClosestLastReader).
 func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (e is.Entry, found bool, last uint64, exists bool, err error) {
-	ok, err := s.index(ctx, is.OpClosestLast, ns, key, false, func(st *sqlite.Store) (err error) {
-		e, found, last, exists, err = st.ClosestLast(ctx, ns, key, id)
+	ok, err := s.index(ctx, is.OpClosestLast, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		e, found, last, exists, err = f.ClosestLast(ctx, ns, key, id)
 		return err
 	})
 	s.tidy(ctx, ok, err == nil && !exists, ns, key)
@@ -517,11 +436,11 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (e i
 // (see lock.go), so that the index no longer exists anywhere: no walk that starts afterwards meets it.
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n uint64, err error) {
 	empty := false
-	found, err := s.index(ctx, is.OpDropPrefix, ns, key, false, func(st *sqlite.Store) (err error) {
-		if n, err = st.DropPrefix(ctx, ns, key, upTo); err != nil {
+	found, err := s.index(ctx, is.OpDropPrefix, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		if n, err = f.DropPrefix(ctx, ns, key, upTo); err != nil {
 			return err
 		}
-		empty, err = fileEmpty(ctx, st)
+		empty, err = f.Empty(ctx)
 		return err
 	})
 	if err != nil || !found || !empty {
@@ -535,8 +454,8 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n 
 
 // Delete removes the index's rows and then its file.
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
-	found, err := s.index(ctx, is.OpDelete, ns, key, false, func(st *sqlite.Store) error {
-		return st.Delete(ctx, ns, key)
+	found, err := s.index(ctx, is.OpDelete, ns, key, false, func(f *sqlitefile.Engine) error {
+		return f.Delete(ctx, ns, key)
 	})
 	if err != nil || !found {
 		return err
@@ -744,8 +663,8 @@ func (s *Store) fileKeys(ctx context.Context, ns string, loc location, r is.KeyR
 	}
 	var keys []string
 	_, err := s.withFile(ctx, ns, loc, false, func(c *conn) error {
-		for from := (is.Resume{}); ; {
-			page, err := c.st.ScanStable(ctx, ns, r, from, 8)
+		for after := ""; ; after = keys[len(keys)-1] {
+			page, err := c.eng.ScanStable(ctx, ns, r, after, 8)
 			if err != nil {
 				return err
 			}
@@ -753,12 +672,7 @@ func (s *Store) fileKeys(ctx context.Context, ns string, loc location, r is.KeyR
 			if page.Done {
 				return nil
 			}
-			from = page.Next
 		}
 	})
-	var fe fileStoreError
-	if errors.As(err, &fe) {
-		err = fileCause(fe.err)
-	}
 	return keys, err
 }

@@ -506,7 +506,7 @@ func TestClose_ClosesFilesInUseWhenReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The file in use is still usable by the operation that holds it.
-	if ok, err := c.st.Exists(t.Context(), testNS, "agent:000"); err != nil || !ok {
+	if ok, err := c.eng.Exists(t.Context(), testNS, "agent:000"); err != nil || !ok {
 		t.Fatalf("a file in use was closed under its user: %v %v", ok, err)
 	}
 	if n := st.Stats().OpenFiles; n != 1 {
@@ -516,7 +516,7 @@ func TestClose_ClosesFilesInUseWhenReleased(t *testing.T) {
 	if n := st.Stats().OpenFiles; n != 0 {
 		t.Fatalf("%d files open after the last one was released", n)
 	}
-	if _, err := c.st.Exists(t.Context(), testNS, "agent:000"); !errors.Is(err, is.ErrClosed) {
+	if _, err := c.eng.Exists(t.Context(), testNS, "agent:000"); !errors.Is(c.eng.Classify(err), is.ErrClosed) {
 		t.Fatalf("released file after Close: %v, want ErrClosed", err)
 	}
 }

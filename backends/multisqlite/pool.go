@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,9 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	sqlite3 "github.com/mattn/go-sqlite3"
-
-	"github.com/stratalog/strata/backends/sqlite"
+	"github.com/stratalog/strata/backends/internal/sqlitefile"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/backoff"
 )
@@ -27,7 +24,7 @@ var errMissing = errors.New("index file does not exist")
 // use at once, the excess is closed as each is released.
 type pool struct {
 	max      int
-	fileOpts sqlite.Options // how each file is opened
+	fileOpts sqlitefile.Options // how each file is opened
 	mu       sync.Mutex
 	conns    map[string]*conn // by path, including files still being opened
 	idle     list.List        // of *conn with refs == 0, most recently used at the front
@@ -38,8 +35,8 @@ type pool struct {
 
 type conn struct {
 	path  string
-	st    *sqlite.Store // set once ready is closed and err is nil
-	id    os.FileInfo   // what path named when st was opened (under the directory's shared lock)
+	eng   *sqlitefile.Engine // set once ready is closed and err is nil
+	id    os.FileInfo        // what path named when eng was opened (under the directory's shared lock)
 	err   error
 	ready chan struct{}
 	refs  int
@@ -48,7 +45,7 @@ type conn struct {
 	discarded bool
 }
 
-func newPool(max int, opts sqlite.Options) *pool {
+func newPool(max int, opts sqlitefile.Options) *pool {
 	return &pool{max: max, fileOpts: opts, conns: make(map[string]*conn)}
 }
 
@@ -102,17 +99,17 @@ func (p *pool) acquire(ctx context.Context, path string, create bool) (*conn, er
 // opener's ctx (the others are waiting on the same open), only for the busy timeout.
 func (p *pool) openFile(ctx context.Context, c *conn, create bool) {
 	ctx = context.WithoutCancel(ctx)
-	st, id, err := p.openStore(ctx, c.path, create)
+	eng, id, err := p.openEngine(ctx, c.path, create)
 	var evicted []*conn
 	p.mu.Lock()
 	switch {
 	case err != nil:
 		c.err = err
 	case p.closed:
-		evicted = append(evicted, &conn{st: st})
+		evicted = append(evicted, &conn{eng: eng})
 		c.err = is.ErrClosed
 	default:
-		c.st, c.id = st, id
+		c.eng, c.id = eng, id
 		p.open++
 		p.openings.Add(1)
 		evicted = p.evictLocked()
@@ -125,87 +122,54 @@ func (p *pool) openFile(ctx context.Context, c *conn, create bool) {
 	closeAll(evicted)
 }
 
-// openStore opens the SQLite file at path, creating it (and its directory) only if create is set, and
+// openEngine opens the SQLite file at path, creating it (and its directory) only if create is set, and
 // returns what the path names (which the caller's shared lock on the directory keeps the same).
-func (p *pool) openStore(ctx context.Context, path string, create bool) (*sqlite.Store, os.FileInfo, error) {
+func (p *pool) openEngine(ctx context.Context, path string, create bool) (*sqlitefile.Engine, os.FileInfo, error) {
 	existed := false
 	switch _, err := os.Stat(path); {
 	case err == nil:
 		existed = true
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, nil, fmt.Errorf("multisqlite: %w", err)
+		return nil, nil, err
 	case !create:
 		return nil, nil, errMissing
 	default:
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return nil, nil, fmt.Errorf("multisqlite: %w", err)
-		}
-	}
-	opts := p.fileOpts
-	opts.SingleConnection = true
-	// mode=rw keeps a read from recreating a file that something outside removed.
-	opts.MustExist = existed
-	st, err := openRetrying(ctx, path, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	// A read-only connection never removes the -wal and -shm (it cannot take the lock to), and sets
-	// nothing on the file.
-	if !opts.ReadOnly {
-		if err := persistWAL(ctx, st); err != nil {
-			st.Close()
 			return nil, nil, err
 		}
 	}
+	opts := p.fileOpts
+	// mode=rw keeps a read from recreating a file that something outside removed.
+	opts.MustExist = existed
+	eng, err := openRetrying(ctx, path, opts)
+	if err != nil {
+		return nil, nil, err
+	}
 	id, err := os.Stat(path)
 	if err != nil {
-		st.Close()
-		return nil, nil, fmt.Errorf("multisqlite: %w", err)
+		eng.Close()
+		return nil, nil, err
 	}
-	return st, id, nil
+	return eng, id, nil
 }
 
 // openRetrying opens the file, retrying while it is busy: SQLite reports a file another process is
 // creating (switching it to WAL, writing its schema) as locked at once, without its busy handler. It
 // retries for as long as the busy timeout.
-func openRetrying(ctx context.Context, path string, opts sqlite.Options) (*sqlite.Store, error) {
+func openRetrying(ctx context.Context, path string, opts sqlitefile.Options) (*sqlitefile.Engine, error) {
 	busy := opts.BusyTimeout
 	if busy <= 0 {
-		busy = sqlite.DefaultBusyTimeout
+		busy = sqlitefile.DefaultBusyTimeout
 	}
 	deadline := time.Now().Add(busy)
 	pauses := backoff.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 2}
 	for attempt := 1; ; attempt++ {
-		st, err := sqlite.Open(ctx, path, opts)
+		eng, err := sqlitefile.Open(ctx, path, opts)
 		if err == nil || !is.IsTransient(err) || !time.Now().Before(deadline) {
-			return st, err
+			return eng, err
 		}
 		time.Sleep(min(pauses.Delay(attempt), time.Until(deadline)))
 	}
-}
-
-// persistWAL makes closing the file's one connection leave its -wal (emptied: journal_size_limit 0)
-// and -shm where they are rather than unlink them by path: the file may have been removed since it was
-// opened, and a file created since under its name has -wal and -shm of its own.
-func persistWAL(ctx context.Context, st *sqlite.Store) error {
-	c, err := st.DB().Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("multisqlite: %w", err)
-	}
-	defer c.Close()
-	if _, err := c.ExecContext(ctx, `PRAGMA journal_size_limit = 0`); err != nil {
-		return fmt.Errorf("multisqlite: journal_size_limit: %w", err)
-	}
-	return c.Raw(func(dc any) error {
-		sc, ok := dc.(*sqlite3.SQLiteConn)
-		if !ok {
-			return fmt.Errorf("multisqlite: driver connection is a %T, not a go-sqlite3 connection", dc)
-		}
-		if err := sc.SetFileControlInt("main", sqlite3.SQLITE_FCNTL_PERSIST_WAL, 1); err != nil {
-			return fmt.Errorf("multisqlite: SQLITE_FCNTL_PERSIST_WAL: %w", err)
-		}
-		return nil
-	})
 }
 
 // discard takes c off the pool because its path no longer names the file it has open (the file was
@@ -214,7 +178,7 @@ func persistWAL(ctx context.Context, st *sqlite.Store) error {
 func (p *pool) discard(c *conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c.st != nil && !c.discarded && p.conns[c.path] == c {
+	if c.eng != nil && !c.discarded && p.conns[c.path] == c {
 		delete(p.conns, c.path)
 		c.discarded = true
 		p.open--
@@ -241,7 +205,7 @@ func (p *pool) release(c *conn) {
 	var evicted []*conn
 	p.mu.Lock()
 	c.refs--
-	if c.refs == 0 && c.st != nil {
+	if c.refs == 0 && c.eng != nil {
 		if c.discarded {
 			evicted = append(evicted, c)
 		} else if p.closed {
@@ -285,7 +249,7 @@ func (p *pool) close() error {
 func closeAll(conns []*conn) error {
 	var errs []error
 	for _, c := range conns {
-		errs = append(errs, c.st.Close())
+		errs = append(errs, c.eng.Close())
 	}
 	return errors.Join(errs...)
 }

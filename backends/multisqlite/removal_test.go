@@ -3,8 +3,10 @@ package multisqlite
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
 )
@@ -237,6 +239,62 @@ func TestRemoval_ReadTidiesAnEmptyFile(t *testing.T) {
 	}
 	if got := walk(t, st, "", 10, nil); len(got) != 0 {
 		t.Fatalf("walk after the read: %q", got)
+	}
+}
+
+// A drop that empties a file removes it in the protocol's steps, in its order: the exclusive lock, the
+// check under it that the file holds no row, the unlink, the directory.
+func TestRemoval_StepsRunInTheProtocolsOrder(t *testing.T) {
+	st := open(t, t.TempDir(), Options{})
+	key := is.BucketPrefix(5) + "c:agent"
+	appendAll(t, st, []string{key})
+	var steps []removalStep
+	st.hooks.removalStep = func(step removalStep) { steps = append(steps, step) }
+	if _, err := st.DropPrefix(t.Context(), testNS, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	if want := []removalStep{removalLocked, removalFoundEmpty, removalUnlinked, removalDirRemoved}; !slices.Equal(steps, want) {
+		t.Fatalf("the removal ran %v, want %v", steps, want)
+	}
+	if _, err := os.Stat(filepath.Dir(st.filePath(testNS, key))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the emptied file's directory: %v, want it removed", err)
+	}
+}
+
+// A removal step called before the step it follows refuses to run and changes nothing: an unlink
+// without the lock and the check under it leaves the empty file where it is.
+func TestRemoval_AStepOutOfOrderIsRefused(t *testing.T) {
+	st := open(t, t.TempDir(), Options{})
+	ctx := t.Context()
+	key := is.BucketPrefix(6) + "c:agent"
+	appendAll(t, st, []string{key})
+	execFile(t, st.filePath(testNS, key), `DELETE FROM index_storage`)
+	r := st.newRemoval(testNS, key)
+	defer r.release()
+	if err := r.unlink(); !errors.Is(err, errStepOutOfOrder) {
+		t.Fatalf("unlink before the lock and the check: %v, want errStepOutOfOrder", err)
+	}
+	if _, err := r.findEmpty(ctx); !errors.Is(err, errStepOutOfOrder) {
+		t.Fatalf("the check before the lock: %v, want errStepOutOfOrder", err)
+	}
+	if _, err := os.Stat(st.filePath(testNS, key)); err != nil {
+		t.Fatalf("the file after the refused steps: %v, want it kept", err)
+	}
+	// The same removal, its steps in order, removes the file.
+	if held, err := r.lockExclusively(ctx, time.Second); !held || err != nil {
+		t.Fatalf("lockExclusively: %v, %v", held, err)
+	}
+	if empty, err := r.findEmpty(ctx); !empty || err != nil {
+		t.Fatalf("findEmpty: %v, %v", empty, err)
+	}
+	if err := r.removeDirIfEmpty(); !errors.Is(err, errStepOutOfOrder) {
+		t.Fatalf("the directory before the unlink: %v, want errStepOutOfOrder", err)
+	}
+	if err := r.unlink(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(st.filePath(testNS, key)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the file after the removal: %v, want it removed", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stratalog/strata/backends/internal/sqlitefile"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
@@ -152,17 +153,13 @@ func OpenSchedule(ctx context.Context, path string, opts Options) (*ScheduleStor
 	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
 		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, err)
 	}
-	db, err := sql.Open("sqlite3", dsn(abs, opts))
+	db, err := sqlitefile.OpenWriter(abs, opts.engineOptions())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, err)
 	}
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
 	if err := migrateSchedule(ctx, db); err != nil {
 		db.Close()
-		err, _ := explainOpenFailure(abs, false, classify(err, false))
+		err, _ := sqlitefile.ExplainOpenFailure(abs, false, sqlitefile.Classify(err, false))
 		return nil, fmt.Errorf("sqlite schedule: open %s: %w", path, err)
 	}
 	return &ScheduleStore{path: abs, db: db}, nil
@@ -199,7 +196,7 @@ func (s *ScheduleStore) fail(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("sqlite schedule %s: %w", op, classify(err, s.closed.Load()))
+	return fmt.Errorf("sqlite schedule %s: %w", op, sqlitefile.Classify(err, s.closed.Load()))
 }
 
 func (s *ScheduleStore) open() error {
@@ -420,4 +417,11 @@ func scanRows(rows *sql.Rows) ([]schedule.Row, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

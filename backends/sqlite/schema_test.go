@@ -198,7 +198,7 @@ func TestMigration_UpgradesAHandMadeTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	st := openFile(t, path, sqlite.Options{MustExist: true, RefuseForeignTables: true})
+	st := openFile(t, path, sqlite.Options{MustExist: true})
 	if n, err := st.Length(t.Context(), "ns", "k"); err != nil || n != 2 {
 		t.Fatalf("Length after upgrading a hand-made table: %d, %v", n, err)
 	}
@@ -272,7 +272,7 @@ func TestSchema_TheDocumentedDDLIsTheSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	st := openFile(t, path, sqlite.Options{MustExist: true, RefuseForeignTables: true})
+	st := openFile(t, path, sqlite.Options{MustExist: true})
 	if n, err := st.Length(t.Context(), "ns", "k"); err != nil || n != 1 {
 		t.Fatalf("Length on the documented DDL: %d, %v", n, err)
 	}

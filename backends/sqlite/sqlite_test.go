@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,7 +36,7 @@ func openFile(t *testing.T, path string, opts sqlite.Options) *sqlite.Store {
 
 func TestOpen_NewerSchemaIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "strata.db")
-	st := openFile(t, path, sqlite.Options{SingleConnection: true})
+	st := openFile(t, path, sqlite.Options{})
 	if _, err := st.DB().Exec(fmt.Sprintf("PRAGMA user_version = %d", sqlite.SchemaVersion+1)); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +73,7 @@ func TestOpen_PathWithURICharacters(t *testing.T) {
 func TestBusy_IsTransient(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "strata.db")
 	st := openFile(t, path, sqlite.Options{BusyTimeout: time.Millisecond})
-	other := openFile(t, path, sqlite.Options{SingleConnection: true})
+	other := openFile(t, path, sqlite.Options{})
 	tx, err := other.DB().BeginTx(t.Context(), nil) // BEGIN IMMEDIATE: holds the write lock
 	if err != nil {
 		t.Fatal(err)
@@ -111,64 +110,4 @@ func TestPoisonedRow_FailedWritesWriteNothing(t *testing.T) {
 	if n, err := st.Length(ctx, "test/ns", "agent:7"); err != nil || n != 3 {
 		t.Fatalf("Length after the failed writes: %d, %v; want the 3 rows, nothing written", n, err)
 	}
-}
-
-// With RefuseForeignTables, a file that is someone else's database is refused, not given a table.
-func TestOpen_RefuseForeignTablesLeavesAForeignDatabaseAlone(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "theirs.db")
-	db, err := sql.Open("sqlite3", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE events (id INTEGER PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	if st, err := sqlite.Open(t.Context(), path, sqlite.Options{MustExist: true, RefuseForeignTables: true}); err == nil {
-		st.Close()
-		t.Fatal("Open with RefuseForeignTables migrated a database holding another schema's table")
-	}
-	tables := func() []string {
-		db, err := sql.Open("sqlite3", "file:"+path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var names []string
-		for rows.Next() {
-			var n string
-			rows.Scan(&n)
-			names = append(names, n)
-		}
-		return names
-	}
-	if got := tables(); len(got) != 1 || got[0] != "events" {
-		t.Fatalf("tables after the refused Open: %q, want only [events]", got)
-	}
-	// Without the option, the same file is shared: the schema is added beside the other tables.
-	openFile(t, path, sqlite.Options{}).Close()
-	if got := tables(); len(got) != 2 {
-		t.Fatalf("tables after a plain Open: %q, want events and index_storage", got)
-	}
-	// A blank file, or one whose only table is the documented DDL made by hand, still migrates.
-	blank := filepath.Join(t.TempDir(), "blank.db")
-	if err := os.WriteFile(blank, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	openFile(t, blank, sqlite.Options{MustExist: true, RefuseForeignTables: true})
-	byHand := filepath.Join(t.TempDir(), "by-hand.db")
-	if db, err = sql.Open("sqlite3", "file:"+byHand); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE index_storage (namespace TEXT NOT NULL, key TEXT NOT NULL, id INTEGER NOT NULL,
-		value BLOB NOT NULL, PRIMARY KEY (namespace, key, id)) WITHOUT ROWID`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	openFile(t, byHand, sqlite.Options{MustExist: true, RefuseForeignTables: true})
 }

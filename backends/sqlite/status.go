@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/stratalog/strata/backends/internal/sqlitefile"
 )
 
 // Migration is one step of a store's schema in a SQLite file: the version it brings the schema to, a
@@ -53,7 +55,7 @@ func StorageSchemaState(ctx context.Context, path string) (SchemaState, error) {
 	defer db.Close()
 	st.Exists = true
 	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&st.Version); err != nil {
-		return st, fmt.Errorf("sqlite: read the schema version of %s: %w", path, classify(err, false))
+		return st, fmt.Errorf("sqlite: read the schema version of %s: %w", path, sqlitefile.Classify(err, false))
 	}
 	st.Pending = storagePending(st.Version)
 	return st, nil
@@ -62,7 +64,7 @@ func StorageSchemaState(ctx context.Context, path string) (SchemaState, error) {
 func storagePending(from int) []Migration {
 	var out []Migration
 	for v := max(from, 0); v < SchemaVersion; v++ {
-		out = append(out, Migration{Version: v + 1, Name: storageMigrationNames[v], SQL: migrations[v].sql})
+		out = append(out, Migration{Version: v + 1, Name: storageMigrationNames[v], SQL: sqlitefile.MigrationSQL(v)})
 	}
 	return out
 }
@@ -80,11 +82,11 @@ func ScheduleSchemaState(ctx context.Context, path string) (SchemaState, error) 
 	st.Exists = true
 	var recorded int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'scheduled_actions_migrations'`).Scan(&recorded); err != nil {
-		return st, fmt.Errorf("sqlite schedule: read the schema version of %s: %w", path, classify(err, false))
+		return st, fmt.Errorf("sqlite schedule: read the schema version of %s: %w", path, sqlitefile.Classify(err, false))
 	}
 	if recorded > 0 {
 		if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM scheduled_actions_migrations`).Scan(&st.Version); err != nil {
-			return st, fmt.Errorf("sqlite schedule: read the schema version of %s: %w", path, classify(err, false))
+			return st, fmt.Errorf("sqlite schedule: read the schema version of %s: %w", path, sqlitefile.Classify(err, false))
 		}
 	}
 	st.Pending = schedulePending(st.Version)

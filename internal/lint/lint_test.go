@@ -73,6 +73,22 @@ func TestOpErrorsAreBuiltAtTheChokePointsOnly(t *testing.T) {
 	}
 }
 
+// backendNamePrefix matches an error worded with a backend's name first, in any form ("sqlite: …").
+var backendNamePrefix = regexp.MustCompile(`(fmt\.Errorf|errors\.New)\("(memory|sqlite|multisqlite|postgres|redis)[ :]`)
+
+// An engine shared by backends (backends/internal/...) words no error with a backend's name: each
+// backend that runs it names its own errors at its own choke point.
+func TestSharedEnginesNameNoBackend(t *testing.T) {
+	for _, f := range sourceFiles(t) {
+		if !strings.HasPrefix(f, "backends/internal/") {
+			continue
+		}
+		for _, hit := range grep(t, f, backendNamePrefix) {
+			t.Errorf("%s: %s\n\ta shared engine's error names no backend: the backend that runs it does", f, hit)
+		}
+	}
+}
+
 // sourceFiles lists the module's non-test Go files, relative to its root, with '/' separators.
 func sourceFiles(t *testing.T) []string {
 	t.Helper()

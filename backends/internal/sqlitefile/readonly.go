@@ -1,4 +1,4 @@
-package sqlite
+package sqlitefile
 
 import (
 	"context"
@@ -92,15 +92,15 @@ func look(abs string) (files, error) {
 }
 
 // openReadOnly is Open with opts.ReadOnly.
-func openReadOnly(ctx context.Context, path, abs string, opts Options) (*Store, error) {
+func openReadOnly(ctx context.Context, path, abs string, opts Options) (*Engine, error) {
 	at, err := look(abs)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	immutable := readImmutable(at)
 	db, err := sql.Open("sqlite3", readOnlyDSN(abs, opts, immutable))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	readers := opts.Readers
 	if readers <= 0 {
@@ -113,9 +113,9 @@ func openReadOnly(ctx context.Context, path, abs string, opts Options) (*Store, 
 	db.SetMaxIdleConns(readers)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &Store{path: abs, writer: db, reader: db, readOnly: true}
+	e := &Engine{path: abs, writer: db, reader: db, readOnly: true}
 	if immutable {
-		s.unchanged = func() error {
+		e.unchanged = func() error {
 			now, err := look(abs)
 			switch {
 			case err != nil:
@@ -126,15 +126,15 @@ func openReadOnly(ctx context.Context, path, abs string, opts Options) (*Store, 
 			return nil
 		}
 	}
-	if err := s.settled(checkReadable(ctx, db)); err != nil {
+	if err := e.settled(checkReadable(ctx, db)); err != nil {
 		db.Close()
-		err, refused := explainOpenFailure(abs, true, classify(err, false))
+		err, refused := ExplainOpenFailure(abs, true, Classify(err, false))
 		if _, serr := os.Stat(abs + "-shm"); refused && at.walSize > 0 && errors.Is(serr, fs.ErrNotExist) {
 			err = fmt.Errorf("its -wal holds commits, which SQLite reads through a -shm it must create: %w", err)
 		}
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return s, nil
+	return e, nil
 }
 
 // readOnlyDSN is dsn for a read-only open: mode=ro, and none of the settings that write (the journal
@@ -180,16 +180,16 @@ const qHasIndexStorage = `SELECT 1 FROM sqlite_master WHERE type = 'table' AND n
 
 // settled is a read's outcome: err, unless the file was read as immutable and has changed since the
 // open, which makes whatever the read saw, an error included, untrustworthy.
-func (s *Store) settled(err error) error {
-	if s.unchanged != nil {
-		if changed := s.unchanged(); changed != nil {
+func (e *Engine) settled(err error) error {
+	if e.unchanged != nil {
+		if changed := e.unchanged(); changed != nil {
 			return changed
 		}
 	}
 	return err
 }
 
-// explainOpenFailure names the file system's refusal behind a failed open, which SQLite's own error
+// ExplainOpenFailure names the file system's refusal behind a failed open, which SQLite's own error
 // hides. SQLite opens a file it may have to create (the database, its -wal, its -shm) with O_CREAT and,
 // when that fails (EROFS on a read-only file system, EACCES in a directory the process may not write),
 // tries again read-only and reports that attempt: "unable to open database file: no such file or
@@ -197,7 +197,7 @@ func (s *Store) settled(err error) error {
 // the database open read-only. When err is such an error and the file system refuses to write where
 // SQLite needed to (the file, unless readOnly, and its directory), the error says so and matches the
 // errno (syscall.EROFS, fs.ErrPermission), and refused is true; otherwise err is returned as it is.
-func explainOpenFailure(abs string, readOnly bool, err error) (_ error, refused bool) {
+func ExplainOpenFailure(abs string, readOnly bool, err error) (_ error, refused bool) {
 	var targets []string
 	if !readOnly {
 		targets = append(targets, abs)
@@ -220,7 +220,7 @@ func writeRefusal(path string) error {
 	return err
 }
 
-// openFailure is explainOpenFailure's decision: refusals[i] is what writing targets[i] fails with
+// openFailure is ExplainOpenFailure's decision: refusals[i] is what writing targets[i] fails with
 // (nil: it may be written). The first refusal that is the file system's (read-only, or permission)
 // explains err when err is SQLite's failure to open or to write.
 func openFailure(err error, targets []string, refusals []error) (_ error, refused bool) {
