@@ -22,6 +22,15 @@ import (
 	"github.com/stratalog/strata/oplog/schedule"
 )
 
+// Options configures Open. A nil *Options is the zero Options, and a zero field means its default.
+type Options struct {
+	// MinConcurrentOps is how many operations the caller needs to run on the storage at once (a
+	// sidecar's sweep max_concurrency, whose archives share the storage's slots with the executor). A
+	// backend that bounds its own concurrency sizes its default bound for it: postgres, as
+	// postgres.Options.MinConcurrentOps says (what the URL sets explicitly stands). The others ignore it.
+	MinConcurrentOps int
+}
+
 // Schemes lists the URL schemes Open understands, for error messages and documentation.
 var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis", "redis+cluster"}
 
@@ -35,8 +44,12 @@ var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresq
 //	redis+cluster://h:7000,h:7001/?prefix=…  a Redis Cluster (seed nodes comma-separated), keys under prefix
 //
 // An unknown scheme or a malformed URL is an error that says what was expected. No error echoes a
-// secret of the URL (a driver's may: it is redacted).
-func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
+// secret of the URL (a driver's may: it is redacted). A nil opts means the defaults.
+func Open(ctx context.Context, rawURL string, opts *Options) (_ is.Storage, err error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	defer func() { err = redact.Error(err) }()
 	u, err := parse("storage", rawURL)
 	if err != nil {
@@ -61,7 +74,10 @@ func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
 		}
 		return storage(multisqlite.Open(ctx, dir, multisqlite.Options{}))
 	case "postgres", "postgresql":
-		return postgres.Open(ctx, rawURL)
+		if !strings.HasPrefix(rawURL, u.Scheme+"://") {
+			return storage(postgres.Open(ctx, rawURL)) // its error says which URLs it takes
+		}
+		return storage(postgres.New(ctx, rawURL, &postgres.Options{MinConcurrentOps: o.MinConcurrentOps}))
 	case "redis", "redis+cluster":
 		return storage(redis.Open(ctx, rawURL))
 	}

@@ -137,7 +137,7 @@ func openExisting(t *testing.T, url string) is.Storage {
 
 func openFilled(t *testing.T, url string) {
 	t.Helper()
-	st, err := backends.Open(t.Context(), url)
+	st, err := backends.Open(t.Context(), url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func TestOpenExisting_ReadOnlyFileSystem(t *testing.T) {
 		st.Close()
 	}
 	for _, url := range []string{file, "sqlite://" + filepath.Join(dir, "new.db"), multi + "/new"} {
-		st, err := backends.Open(t.Context(), url)
+		st, err := backends.Open(t.Context(), url, nil)
 		if err == nil {
 			st.Close()
 		}

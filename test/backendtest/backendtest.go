@@ -165,9 +165,8 @@ func MultiSQLiteWith(opts multisqlite.Options) Backend {
 
 func Postgres() Backend {
 	open := func(tb testing.TB, connString, schema string) (*postgres.Store, error) {
-		st, err := postgres.New(tb.Context(), postgres.Config{
-			ConnString: connString,
-			Schema:     schema,
+		st, err := postgres.New(tb.Context(), connString, &postgres.Options{
+			Schema: schema,
 			// An empty search_path: a query that forgets its schema fails instead of finding a table.
 			ConfigurePool: func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = "" },
 		})

@@ -558,7 +558,7 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		return RunB{}, err
 	}
 	defer drop()
-	pg, err := postgres.New(ctx, postgres.Config{ConnString: stripParam(viaProxy, "schema"), Schema: paramOf(viaProxy, "schema")})
+	pg, err := postgres.New(ctx, stripParam(viaProxy, "schema"), &postgres.Options{Schema: paramOf(viaProxy, "schema")})
 	if err != nil {
 		return RunB{}, err
 	}
