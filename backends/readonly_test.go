@@ -232,7 +232,11 @@ func TestOpenExisting_RedisGetsNoNewKey(t *testing.T) {
 			if marked {
 				openFilled(t, url)
 			} else {
-				fillLayers(t, redis.New(c, prefix))
+				st, err := redis.New(t.Context(), c, &redis.Options{Prefix: prefix})
+				if err != nil {
+					t.Fatal(err)
+				}
+				fillLayers(t, st)
 			}
 			before, size := testenv.RedisKeys(t, c, prefix), c.DBSize(t.Context()).Val()
 			if hasMarker := slices.Contains(before, prefix+"{strata}layout"); hasMarker != marked {

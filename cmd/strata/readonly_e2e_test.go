@@ -196,7 +196,11 @@ func TestBinary_ReadOnlyCommandsWriteNoRedisKey(t *testing.T) {
 	defer c.Close()
 	dir := t.TempDir()
 	config := roConfig(t, dir, testenv.WithQuery(t, raw, redis.PrefixParam, prefix))
-	agents := roFill(t, redis.New(c, prefix), filepath.Join(dir, "blobs"))
+	st, err := redis.New(t.Context(), c, &redis.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := roFill(t, st, filepath.Join(dir, "blobs"))
 	keys := func() []string { return testenv.RedisKeys(t, c, prefix) }
 	before, size := keys(), c.DBSize(t.Context()).Val()
 	roCommands(t, config, agents)

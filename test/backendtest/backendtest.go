@@ -214,7 +214,11 @@ func Redis() Backend {
 	b := redisBackend("redis", testenv.RedisURL, testenv.RedisPrefix)
 	b.Unreachable = func(tb testing.TB) (is.Storage, error) {
 		client := goredis.NewClient(&goredis.Options{Addr: ClosedAddr(tb), MaxRetries: -1, DialerRetries: 1})
-		return closing(tb, redis.New(client, "p:")), nil
+		st, err := redis.New(tb.Context(), client, &redis.Options{Prefix: "p:"})
+		if err != nil {
+			return nil, err
+		}
+		return closing(tb, st), nil
 	}
 	return b
 }
@@ -225,7 +229,11 @@ func RedisCluster() Backend {
 	b := redisBackend("redis-cluster", testenv.RedisClusterURL, testenv.RedisClusterPrefix)
 	b.Unreachable = func(tb testing.TB) (is.Storage, error) {
 		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{ClosedAddr(tb)}, MaxRetries: -1, DialerRetries: 1})
-		return closing(tb, redis.New(client, "p:")), nil
+		st, err := redis.New(tb.Context(), client, &redis.Options{Prefix: "p:"})
+		if err != nil {
+			return nil, err
+		}
+		return closing(tb, st), nil
 	}
 	return b
 }
