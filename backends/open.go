@@ -12,6 +12,7 @@ import (
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/cloudblob"
 	"github.com/stratalog/strata/backends/fsblob"
+	"github.com/stratalog/strata/backends/internal/fileurl"
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/backends/multisqlite"
 	"github.com/stratalog/strata/backends/postgres"
@@ -62,17 +63,9 @@ func Open(ctx context.Context, rawURL string, opts *Options) (_ is.Storage, err 
 		}
 		return memory.New(), nil
 	case "sqlite":
-		path, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return storage(sqlite.Open(ctx, path, sqlite.Options{}))
+		return storage(sqlite.Open(ctx, rawURL))
 	case "multisqlite":
-		dir, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return storage(multisqlite.Open(ctx, dir, multisqlite.Options{}))
+		return storage(multisqlite.Open(ctx, rawURL))
 	case "postgres", "postgresql":
 		if !strings.HasPrefix(rawURL, u.Scheme+"://") {
 			return storage(postgres.Open(ctx, rawURL)) // its error says which URLs it takes
@@ -169,11 +162,7 @@ func OpenSchedule(ctx context.Context, rawURL string) (_ schedule.Store, err err
 		}
 		return memory.NewScheduleStore(), nil
 	case "sqlite":
-		path, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return scheduleStore(sqlite.OpenSchedule(ctx, path, sqlite.Options{}))
+		return scheduleStore(sqlite.OpenSchedule(ctx, rawURL))
 	case "postgres", "postgresql":
 		return scheduleStore(postgres.OpenSchedule(ctx, rawURL))
 	}
@@ -209,21 +198,9 @@ func bare(u *url.URL) error {
 	return nil
 }
 
-// filePath reads the path of a sqlite: or multisqlite: URL: sqlite:///abs/file.db or sqlite:rel/file.db.
-func filePath(u *url.URL) (string, error) {
-	usage := fmt.Sprintf("use %[1]s:///absolute/path or %[1]s:relative/path", u.Scheme)
-	switch {
-	case u.RawQuery != "":
-		return "", fmt.Errorf("storage URL %q: %s takes no parameters", redacted(u.String()), u.Scheme)
-	case u.Opaque != "":
-		return u.Opaque, nil
-	case u.Host != "" && u.Host != "localhost":
-		return "", fmt.Errorf("storage URL %q names host %q: %s", redacted(u.String()), u.Host, usage)
-	case u.Path == "" || u.Path == "/":
-		return "", errors.New("storage URL " + redacted(u.String()) + " has no path: " + usage)
-	}
-	return u.Path, nil
-}
+// filePath reads the path of a sqlite:, multisqlite:, fs: or file: URL: sqlite:///abs/file.db or
+// sqlite:rel/file.db.
+func filePath(u *url.URL) (string, error) { return fileurl.Path(u) }
 
 // redacted hides the secrets of a URL that may be echoed in an error.
 func redacted(rawURL string) string { return redact.URL(rawURL) }

@@ -175,7 +175,7 @@ func openRetrying(ctx context.Context, path string, opts sqlite.Options) (*sqlit
 	deadline := time.Now().Add(busy)
 	pause := time.Millisecond
 	for {
-		st, err := sqlite.Open(ctx, path, opts)
+		st, err := sqlite.New(ctx, path, &opts)
 		if err == nil || !is.IsTransient(err) || !time.Now().Before(deadline) {
 			return st, err
 		}

@@ -46,7 +46,8 @@ const (
 // fixed few, so they are prepared once per connection.
 const stmtCacheSize = 32
 
-// Options configures Open. The zero value is ready to use.
+// Options configures New (and NewScheduleStore). A nil *Options is the zero Options, and a zero field
+// means its default.
 type Options struct {
 	// BusyTimeout is how long a statement waits for a lock held by another connection (of this
 	// process or another) before failing with an error matching ErrTransient. 0 means
@@ -58,7 +59,7 @@ type Options struct {
 	// SingleConnection makes the store hold one connection that serves reads and writes alike, for
 	// callers that open many files and count descriptors (multisqlite holds one store per file).
 	SingleConnection bool
-	// MustExist makes Open fail with an error matching fs.ErrNotExist, creating nothing, when the file
+	// MustExist makes New fail with an error matching fs.ErrNotExist, creating nothing, when the file
 	// does not exist.
 	MustExist bool
 	// RefuseForeignTables makes Open fail, creating no table, when the file has no schema version but
@@ -90,9 +91,13 @@ type Store struct {
 
 var _ is.Storage = (*Store)(nil)
 
-// Open opens (creating it unless opts.MustExist) the SQLite file at path and brings its schema to the
-// current version.
-func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+// New opens (creating it unless opts.MustExist) the SQLite file at path and brings its schema to the
+// current version. A nil opts is the zero Options.
+func New(ctx context.Context, path string, options *Options) (*Store, error) {
+	var opts Options
+	if options != nil {
+		opts = *options
+	}
 	if path == "" {
 		return nil, fmt.Errorf("sqlite: open: %w: empty path", is.ErrInvalidArgument)
 	}

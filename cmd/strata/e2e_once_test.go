@@ -56,7 +56,7 @@ url = "fs://%[2]s/blobs"
 // open opens the deployment's stores from the test process; close them before the binary runs.
 func (m multiSQLite) open(t *testing.T) (*oplog.Stack, *multisqlite.Store) {
 	t.Helper()
-	st, err := multisqlite.Open(t.Context(), m.index, multisqlite.Options{})
+	st, err := multisqlite.New(t.Context(), m.index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

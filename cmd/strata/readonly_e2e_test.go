@@ -121,7 +121,7 @@ func TestBinary_ReadOnlyCommandsLeaveASQLiteFileAsItWas(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "strata.db")
-			st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+			st, err := sqlite.New(t.Context(), path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +217,7 @@ func TestBinary_ReadOnlyCommandsWriteNoRedisKey(t *testing.T) {
 func TestBinary_ReadOnlyFileSystem(t *testing.T) {
 	dir, seal := sqlitetest.ReadOnlyMount(t)
 	path := filepath.Join(dir, "strata.db")
-	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	st, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

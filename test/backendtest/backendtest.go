@@ -106,7 +106,7 @@ func Memory() Backend {
 
 func SQLite() Backend {
 	open := func(tb testing.TB, path string) is.Storage {
-		st, err := sqlite.Open(tb.Context(), path, sqlite.Options{})
+		st, err := sqlite.New(tb.Context(), path, nil)
 		if err != nil {
 			tb.Fatalf("sqlite: %v", err)
 		}
@@ -129,7 +129,7 @@ func MultiSQLite() Backend { return MultiSQLiteWith(multisqlite.Options{}) }
 // through the package's internals, so its own test sets them.
 func MultiSQLiteWith(opts multisqlite.Options) Backend {
 	open := func(tb testing.TB, dir string) is.Storage {
-		st, err := multisqlite.Open(tb.Context(), dir, opts)
+		st, err := multisqlite.New(tb.Context(), dir, &opts)
 		if err != nil {
 			tb.Fatalf("multisqlite: %v", err)
 		}
