@@ -101,11 +101,7 @@ func OpenBlob(ctx context.Context, rawURL string) (archive.BlobStore, error) {
 	}
 	switch u.Scheme {
 	case "fs", "file":
-		dir, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return blobStore(fsblob.Open(dir))
+		return blobStore(fsblob.Open(ctx, rawURL))
 	case "memory":
 		if err := bare(u); err != nil {
 			return nil, err

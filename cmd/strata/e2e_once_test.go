@@ -61,7 +61,7 @@ func (m multiSQLite) open(t *testing.T) (*oplog.Stack, *multisqlite.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	blobs, err := fsblob.Open(filepath.Join(m.dir, "blobs"))
+	blobs, err := fsblob.New(t.Context(), filepath.Join(m.dir, "blobs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

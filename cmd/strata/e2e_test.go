@@ -71,7 +71,7 @@ func (d deployment) stack(t *testing.T) *oplog.Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	blobs, err := fsblob.Open(filepath.Join(d.dir, "blobs"))
+	blobs, err := fsblob.New(t.Context(), filepath.Join(d.dir, "blobs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

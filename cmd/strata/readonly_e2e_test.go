@@ -65,7 +65,7 @@ func roConfig(t *testing.T, dir, storage string) string {
 // roFill stores three agents of four entries each in compressed level 1 (ephemeral), through st.
 func roFill(t *testing.T, st is.Storage, blobDir string) []oplog.AgentID {
 	t.Helper()
-	blobs, err := fsblob.Open(blobDir)
+	blobs, err := fsblob.New(t.Context(), blobDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

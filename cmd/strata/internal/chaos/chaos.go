@@ -286,7 +286,7 @@ func tempBlobs() (*fsblob.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	blobs, err := fsblob.Open(dir)
+	blobs, err := fsblob.New(context.Background(), dir, nil)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
