@@ -62,7 +62,7 @@ type Options struct {
 	// MustExist makes New fail with an error matching fs.ErrNotExist, creating nothing, when the file
 	// does not exist.
 	MustExist bool
-	// RefuseForeignTables makes Open fail, creating no table, when the file has no schema version but
+	// RefuseForeignTables makes New fail, creating no table, when the file has no schema version but
 	// holds tables other than index_storage: for a caller whose files are its own alone (multisqlite),
 	// such a file is someone else's database, not a blank one to migrate into shape.
 	RefuseForeignTables bool
