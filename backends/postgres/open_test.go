@@ -43,9 +43,8 @@ func TestOpen_ReadsItsParametersAndPassesTheRestToPgx(t *testing.T) {
 	if got := lim.LimiterStats().Limit; got != 3 {
 		t.Fatalf("limit %d, want max_concurrent_ops=3", got)
 	}
-	store := lim
-	if store.Schema() != schema {
-		t.Fatalf("store in schema %q, want schema %q", store.Schema(), schema)
+	if lim.Schema() != schema {
+		t.Fatalf("store in schema %q, want schema %q", lim.Schema(), schema)
 	}
 	ctx := t.Context()
 	if err := lim.Append(ctx, testNS, "k", 1, []byte("v")); err != nil {
@@ -55,7 +54,7 @@ func TestOpen_ReadsItsParametersAndPassesTheRestToPgx(t *testing.T) {
 		t.Fatalf("Exists: %v, %v", ok, err)
 	}
 	var app, searchPath string
-	if err := store.Pool().QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('search_path')").Scan(&app, &searchPath); err != nil {
+	if err := lim.Pool().QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('search_path')").Scan(&app, &searchPath); err != nil {
 		t.Fatal(err)
 	}
 	if app != "strata-open-test" || (searchPath != "" && searchPath != `""`) {

@@ -32,13 +32,10 @@ import (
 
 // Sidecar is one strata process beside one executor.
 type Sidecar struct {
-	cfg     config.Config
-	log     *slog.Logger
-	now     func() time.Time
-	storage is.Storage
-	// limits reports the storage's own concurrency limit (postgres's max_concurrent_ops), nil when
-	// the backend has none.
-	limits    is.Limited
+	cfg       config.Config
+	log       *slog.Logger
+	now       func() time.Time
+	storage   is.Storage
 	blobs     archive.BlobStore
 	schedules schedule.Store
 	stack     *oplog.Stack
@@ -47,6 +44,10 @@ type Sidecar struct {
 	feed      *feed
 	metrics   http.Handler
 	provider  *sdkmetric.MeterProvider
+
+	// limits reports the storage's own concurrency limit (postgres's max_concurrent_ops), nil when the
+	// backend has none.
+	limits is.Limited
 
 	// residencyTurn holds a token while a PUT /v1/residency is read: one at a time, the others waiting
 	// their turn in arrival order (putResidency).
