@@ -3,7 +3,6 @@ package archive
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 
@@ -28,8 +27,9 @@ import (
 // decompression. A chunk that fails it is an error, never skipped.
 const chunkVersion = 1
 
-// ErrCorruptChunk is returned for a chunk that fails its checksum or does not parse.
-var ErrCorruptChunk = errors.New("corrupt oplog chunk")
+// ErrCorruptChunk is returned for a chunk that fails its checksum or does not parse. It is an
+// oplog.ErrIntegrity.
+var ErrCorruptChunk = oplog.NewIntegrityError("corrupt oplog chunk")
 
 var (
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)

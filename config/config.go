@@ -10,6 +10,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net"
@@ -166,21 +167,22 @@ func (c Config) Validate() error {
 	return c.validate(nil)
 }
 
-// SweeperConfig is the [sweep] section as the sweeper takes it.
+// SweeperConfig is the [sweep] section as the sweeper takes it. A key's 0 keeps the meaning the key
+// table gives it (the clamp, no backoff, no grace), where sweeper.Config's 0 is the default.
 func (c Config) SweeperConfig() sweeper.Config {
 	s := c.Sweep
 	return sweeper.Config{
 		Enabled:             s.Enabled,
-		Interval:            s.Interval,
+		Interval:            cmp.Or(s.Interval, sweeper.MinInterval),
 		PageSize:            s.PageSize,
 		MaxConcurrency:      s.MaxConcurrency,
 		MaxArchivesPerTick:  s.MaxArchivesPerTick,
 		MaxScannedPerTick:   s.MaxScannedPerTick,
 		MaxTrackedAgents:    s.MaxTrackedAgents,
-		MaxTickDuration:     s.MaxTickDuration,
-		MaxBackoffIntervals: s.MaxBackoffIntervals,
+		MaxTickDuration:     cmp.Or(s.MaxTickDuration, sweeper.MinTickDuration),
+		MaxBackoffIntervals: cmp.Or(s.MaxBackoffIntervals, 1),
 		MaxAgentDuration:    s.MaxAgentDuration,
-		ShutdownGrace:       s.ShutdownGrace,
+		ShutdownGrace:       cmp.Or(s.ShutdownGrace, -1),
 
 		DurableMinIdle:            s.DurableMinIdle,
 		DurableMaxArchivesPerTick: s.DurableMaxArchivesPerTick,

@@ -354,6 +354,11 @@ func TestValidate_SweepRulesAgreeWithTheSweeper(t *testing.T) {
 			}
 		}
 		for _, v := range values {
+			// Not compared: 0, which sweeper.Config reads as the default and the file never passes on
+			// as 0 (SweeperConfig), and a negative grace, which sweeper.Config reads as none.
+			if d, ok := v.(time.Duration); v == 0 || d == 0 && ok || s.name == "shutdown_grace" && d < 0 {
+				continue
+			}
 			c := Default()
 			s.set(&c, v)
 			if ours, theirs := s.rule.ok(v), c.SweeperConfig().Validate() == nil; ours != theirs {
@@ -631,6 +636,12 @@ func TestScheduleConfig_CarriesTheSection(t *testing.T) {
 	if g := c.ScheduleConfig("sidecar-1").ShutdownGrace; g >= 0 {
 		t.Fatalf("shutdown_grace 0 reaches the scheduler as %v; want a negative grace (cut at once)", g)
 	}
+	// And the sweeper: a key's 0 keeps the key table's meaning, where sweeper.Config's 0 is the default.
+	c.Sweep.Interval, c.Sweep.MaxTickDuration, c.Sweep.MaxBackoffIntervals = 0, 0, 0
+	sw := c.SweeperConfig()
+	if sw.ShutdownGrace >= 0 || sw.Interval != sweeper.MinInterval || sw.MaxTickDuration != sweeper.MinTickDuration || sw.MaxBackoffIntervals != 1 {
+		t.Fatalf("the keys' 0 reach the sweeper as %+v; want no grace, the clamps and no backoff", sw)
+	}
 }
 
 func TestSweeperConfig_CarriesTheSection(t *testing.T) {
@@ -641,7 +652,7 @@ func TestSweeperConfig_CarriesTheSection(t *testing.T) {
 		}
 	}
 	want := sweeper.Config{Enabled: false, Interval: 15 * time.Second, PageSize: 64, MaxConcurrency: 2, MaxArchivesPerTick: 1000,
-		MaxScannedPerTick: 10_000, MaxTrackedAgents: 5000, MaxTickDuration: 10 * time.Second, MaxBackoffIntervals: 0,
+		MaxScannedPerTick: 10_000, MaxTrackedAgents: 5000, MaxTickDuration: 10 * time.Second, MaxBackoffIntervals: 1,
 		MaxAgentDuration: 5 * time.Second, ShutdownGrace: 10 * time.Second,
 		DurableMinIdle: 6 * time.Hour, DurableMaxArchivesPerTick: 64, DurableMaxScannedPerTick: 2048}
 	if got := c.SweeperConfig(); got != want {

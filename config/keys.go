@@ -61,7 +61,7 @@ var sections = []section{
 		keys: []spec{
 			{name: "enabled", doc: "Turns the sweep on. It is one switch with the ephemeral registration guard: " +
 				"off, ephemeral agents register scheduled archive rows again."},
-			{name: "interval", doc: "Wait between ticks.", rule: durationWithin(sweeper.IntervalRange), untuned: true,
+			{name: "interval", doc: "Wait between ticks; the first tick waits a random fraction of one interval.", rule: durationWithin(sweeper.IntervalRange), untuned: true,
 				note: fmt.Sprintf("Below %s reads as %[1]s.", formatDuration(sweeper.MinInterval))},
 			{name: "page_size", doc: "Keys one ScanStable call asks for.", unit: "keys", rule: intWithin(sweeper.PageSizeRange), untuned: true},
 			{name: "max_concurrency", doc: "Agents a tick archives at once, sharing the storage's connections with the invocation path.",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/stratalog/strata/internal/backoff"
 )
 
 // RetryPolicy says how often and how patiently Retry tries a transient failure again.
@@ -31,23 +33,11 @@ var DefaultRetryPolicy = RetryPolicy{
 }
 
 // Delay is the wait after the failed attempt number attempt (1-based), before jitter.
-func (p RetryPolicy) Delay(attempt int) time.Duration {
-	d := float64(p.InitialDelay)
-	for i := 1; i < attempt; i++ {
-		d *= max(p.Multiplier, 1)
-		if d >= float64(p.MaxDelay) {
-			break
-		}
-	}
-	return min(time.Duration(d), p.MaxDelay)
-}
+func (p RetryPolicy) Delay(attempt int) time.Duration { return p.backoff().Delay(attempt) }
 
-// jittered spreads d by ±Jitter; u is uniform in [0, 1).
-func (p RetryPolicy) jittered(d time.Duration, u float64) time.Duration {
-	if p.Jitter <= 0 {
-		return d
-	}
-	return time.Duration(float64(d) * (1 + p.Jitter*(2*u-1)))
+// backoff is the policy's waits as the one backoff every loop of strata shares.
+func (p RetryPolicy) backoff() backoff.Policy {
+	return backoff.Policy{Initial: p.InitialDelay, Max: p.MaxDelay, Multiplier: p.Multiplier, Jitter: p.Jitter}
 }
 
 // Retry runs op until it succeeds, returns an error that is not ErrTransient, the policy's attempts
@@ -59,18 +49,14 @@ func (p RetryPolicy) jittered(d time.Duration, u float64) time.Duration {
 // transient failure as "possibly written" and re-reads (the archive step reads the target's last index
 // on every run, which is why it converges).
 func Retry(ctx context.Context, policy RetryPolicy, op func(context.Context) error) error {
-	attempts := max(policy.MaxAttempts, 1)
+	attempts, waits := max(policy.MaxAttempts, 1), policy.backoff()
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
 		if err == nil || !IsTransient(err) || attempt >= attempts {
 			return err
 		}
-		timer := time.NewTimer(policy.jittered(policy.Delay(attempt), rand.Float64()))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-timer.C:
+		if err := backoff.Wait(ctx, waits.Jittered(waits.Delay(attempt), rand.Float64())); err != nil {
+			return err
 		}
 	}
 }

@@ -346,8 +346,8 @@ func (e *MovedOnError) Error() string {
 // ErrIndexReused is returned by an archive step that finds source entries at or below the target's
 // last index that are not byte-identical to what the layers below hold: the agent's indices started
 // again instead of continuing. The step appended and dropped nothing, so every entry stays readable
-// where it was.
-var ErrIndexReused = errors.New("oplog index reused")
+// where it was. It is an ErrIntegrity.
+var ErrIndexReused = NewIntegrityError("oplog index reused")
 
 // holdsAboveBottom reports whether any layer from index from down to the one above the bottom holds
 // entries of the oplog.

@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -18,49 +19,54 @@ var SweptModes = []oplog.Mode{oplog.Ephemeral}
 
 // Config is the sweep's configuration. Every budget is per tick, shared by the tick's routes. The
 // numbers are untuned starting points, not measured optima.
+//
+// Zero fields take the defaults below (as schedule.Config's do), so Config{} is a valid configuration:
+// the defaults with the sweep off. Any other value must be within its range (Validate), which New
+// enforces: a negative count or duration is refused, save ShutdownGrace's, which means none.
 type Config struct {
 	// Enabled turns the sweep on. It is one switch with the ephemeral registration guard: off, the
-	// sweep does not run and ephemeral agents register scheduled rows again.
+	// sweep does not run and ephemeral agents register scheduled rows again. It is the one field whose
+	// zero is not DefaultConfig's: turning the sweep on takes ephemeral rows off the commit path, which
+	// an embedder must ask for.
 	Enabled bool
-	// Interval is the wait between ticks (default 60 s; at least 100 ms).
+	// Interval is the wait between ticks (0: the default, 60 s; at least 100 ms).
 	Interval time.Duration
-	// PageSize is how many keys one ScanStable call asks for (default 128).
+	// PageSize is how many keys one ScanStable call asks for (0: the default, 128).
 	PageSize int
 	// MaxConcurrency is how many agents a tick archives at once, sharing the storage's connection
-	// budget with the invocation path (default 4).
+	// budget with the invocation path (0: the default, 4).
 	MaxConcurrency int
 	// MaxArchivesPerTick bounds the archive attempts of a tick; declined and failed attempts count
-	// (default 256).
+	// (0: the default, 256).
 	MaxArchivesPerTick int
 	// MaxScannedPerTick bounds the keys a tick examines, so a tick cannot walk a namespace far larger
-	// than the work in it (default 4096). Soft by one page: a page is never trimmed.
+	// than the work in it (0: the default, 4096). Soft by one page: a page is never trimmed.
 	MaxScannedPerTick int
 	// MaxTrackedAgents is the backstop on the tracking table; passes are what keep it small
-	// (default 100,000).
+	// (0: the default, 100,000).
 	MaxTrackedAgents int
 	// MaxTickDuration is the wall clock a tick may hold storage before it stops at its next boundary
-	// (default 30 s, half the default interval; at least 1 s).
+	// (0: the default, 30 s, half the default interval; at least 1 s).
 	MaxTickDuration time.Duration
-	// MaxBackoffIntervals caps the wait after ticks that hit their deadline, in intervals (default 8;
-	// 0 reads as 1).
+	// MaxBackoffIntervals caps the wait after ticks that hit their deadline, in intervals (0: the
+	// default, 8; 1: no backoff).
 	MaxBackoffIntervals int
 	// MaxAgentDuration bounds one agent's archive: its steps run under this timeout, so a black-holed
 	// store cannot hold a tick past MaxTickDuration + MaxAgentDuration. A cut step is safe: the archive
 	// step converges from wherever it stopped. 0 (the default) means MaxTickDuration; at least 1 s.
 	MaxAgentDuration time.Duration
 	// ShutdownGrace is how long shutdown waits for the agents under way before cancelling them
-	// (default 30 s; 0 cancels them at once). Nothing is lost either way.
+	// (0: the default, 30 s; negative: none, they are cancelled at once). Nothing is lost either way.
 	ShutdownGrace time.Duration
 
 	// The durable route's own settings, read only when Options.DurableRoute is on.
 
 	// DurableMinIdle is how long a durable agent must have been inactive (Options.LastActive) before
-	// the durable route archives it (default 24 h, the scheduled row's archive_interval; 0 reads as
-	// the default).
+	// the durable route archives it (0: the default, 24 h, the scheduled row's archive_interval).
 	DurableMinIdle time.Duration
 	// DurableMaxArchivesPerTick and DurableMaxScannedPerTick are the durable routes' budgets, shared
-	// by them and apart from the ephemeral routes' (defaults 256 and 4096; 0 reads as the default): a
-	// durable backlog never takes what the ephemeral routes need, nor they what it needs.
+	// by them and apart from the ephemeral routes' (0: the defaults, 256 and 4096): a durable backlog
+	// never takes what the ephemeral routes need, nor they what it needs.
 	DurableMaxArchivesPerTick int
 	DurableMaxScannedPerTick  int
 }
@@ -113,7 +119,8 @@ func DefaultConfig() Config {
 // scheduler's and the configuration's).
 type Range[T int | time.Duration] = bounds.Range[T]
 
-// The ranges of Config's fields, shared with the config package's key table.
+// The ranges of Config's fields, shared with the config package's key table. A zero field is valid
+// whatever its range: it takes the default.
 var (
 	IntervalRange            = Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
 	PageSizeRange            = Range[int]{Min: 1, Max: 10_000}
@@ -130,16 +137,23 @@ var (
 	DurableScannedRange      = Range[int]{Min: 0, Max: MaxScannedPerTickRange.Max}
 )
 
+// check accepts zero (the default) or a value within r.
 func check[T int | time.Duration](name string, v T, r Range[T]) error {
-	if !r.Contains(v) {
-		return fmt.Errorf("sweep %s must be from %v to %v, got %v", name, r.Min, r.Max, v)
+	if v == 0 || r.Contains(v) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("sweep %s %v: want 0 (the default) or from %v to %v", name, v, r.Min, r.Max)
 }
 
-// Validate rejects values outside their ranges (see the *Range variables): negative counts and
-// durations, and values so large that arithmetic on them would overflow.
+// Validate reports every field outside its range (see the *Range variables), joined, each naming the
+// field, its value and the range: negative counts and durations, and values so large that arithmetic
+// on them would overflow. A zero field is valid: it takes the default.
 func (c Config) Validate() error {
+	grace := error(nil)
+	if c.ShutdownGrace > ShutdownGraceRange.Max {
+		grace = fmt.Errorf("sweep shutdown_grace %v: want a negative value (none), 0 (the default) or up to %v",
+			c.ShutdownGrace, ShutdownGraceRange.Max)
+	}
 	return errors.Join(
 		check("interval", c.Interval, IntervalRange),
 		check("page_size", c.PageSize, PageSizeRange),
@@ -150,33 +164,34 @@ func (c Config) Validate() error {
 		check("max_tick_duration", c.MaxTickDuration, MaxTickDurationRange),
 		check("max_backoff_intervals", c.MaxBackoffIntervals, MaxBackoffIntervalsRange),
 		check("max_agent_duration", c.MaxAgentDuration, MaxAgentDurationRange),
-		check("shutdown_grace", c.ShutdownGrace, ShutdownGraceRange),
+		grace,
 		check("durable_min_idle", c.DurableMinIdle, DurableMinIdleRange),
 		check("durable_max_archives_per_tick", c.DurableMaxArchivesPerTick, DurableArchivesRange),
 		check("durable_max_scanned_per_tick", c.DurableMaxScannedPerTick, DurableScannedRange),
 	)
 }
 
-// clamped applies the clamps of the design: interval ≥ 100 ms, max_tick_duration ≥ 1 s, and
-// max_agent_duration ≥ 1 s, 0 reading as max_tick_duration; the durable settings' 0 reads as their
-// defaults.
+// clamped is the configuration in force: every zero field takes its default, then the clamps of the
+// design apply: interval ≥ 100 ms, max_tick_duration ≥ 1 s, max_agent_duration ≥ 1 s (0 reading as
+// max_tick_duration), and a negative shutdown_grace is none.
 func (c Config) clamped() Config {
-	c.Interval = max(c.Interval, MinInterval)
-	c.MaxTickDuration = max(c.MaxTickDuration, MinTickDuration)
-	if c.MaxAgentDuration == 0 {
-		c.MaxAgentDuration = c.MaxTickDuration
+	c.Interval = max(cmp.Or(c.Interval, DefaultInterval), MinInterval)
+	c.PageSize = cmp.Or(c.PageSize, DefaultPageSize)
+	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, DefaultMaxConcurrency)
+	c.MaxArchivesPerTick = cmp.Or(c.MaxArchivesPerTick, DefaultMaxArchivesPerTick)
+	c.MaxScannedPerTick = cmp.Or(c.MaxScannedPerTick, DefaultMaxScannedPerTick)
+	c.MaxTrackedAgents = cmp.Or(c.MaxTrackedAgents, DefaultMaxTrackedAgents)
+	c.MaxTickDuration = max(cmp.Or(c.MaxTickDuration, DefaultMaxTickDuration), MinTickDuration)
+	c.MaxBackoffIntervals = cmp.Or(c.MaxBackoffIntervals, DefaultMaxBackoffIntervals)
+	c.MaxAgentDuration = max(cmp.Or(c.MaxAgentDuration, c.MaxTickDuration), MinTickDuration)
+	switch {
+	case c.ShutdownGrace == 0:
+		c.ShutdownGrace = DefaultShutdownGrace
+	case c.ShutdownGrace < 0:
+		c.ShutdownGrace = 0
 	}
-	c.MaxAgentDuration = max(c.MaxAgentDuration, MinTickDuration)
-	c.DurableMinIdle = orDefault(c.DurableMinIdle, DefaultDurableMinIdle)
-	c.DurableMaxArchivesPerTick = orDefault(c.DurableMaxArchivesPerTick, DefaultDurableMaxArchivesPerTick)
-	c.DurableMaxScannedPerTick = orDefault(c.DurableMaxScannedPerTick, DefaultDurableMaxScannedPerTick)
+	c.DurableMinIdle = cmp.Or(c.DurableMinIdle, DefaultDurableMinIdle)
+	c.DurableMaxArchivesPerTick = cmp.Or(c.DurableMaxArchivesPerTick, DefaultDurableMaxArchivesPerTick)
+	c.DurableMaxScannedPerTick = cmp.Or(c.DurableMaxScannedPerTick, DefaultDurableMaxScannedPerTick)
 	return c
-}
-
-// orDefault is v, or def where v is 0.
-func orDefault[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }

@@ -3,10 +3,12 @@ package sweeper
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/backoff"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -25,13 +27,27 @@ const (
 	OutcomeWaiting       Outcome = "waiting"        // sighted; not yet quiet across two passes
 	OutcomeUntracked     Outcome = "untracked"      // the tracking table was full: not remembered
 	OutcomeDeclined      Outcome = "declined"       // at the archive step: gone, moved on or locked
-	OutcomeArchiveFailed Outcome = "archive_failed" // the archive step failed or hit the step cap
-	OutcomeArchived      Outcome = "archived"       // drained to the bottom layer
+	OutcomeArchiveFailed Outcome = "archive_failed" // the archive step failed or hit the step cap: a later pass tries again
+	// OutcomeIntegrityFailed: the archive step met data that fails an integrity check (a chunk's
+	// checksum, a reused index). The agent stays tracked and is tried again, but no retry fixes it by
+	// itself: its entries stay where they are and wait for an operator.
+	OutcomeIntegrityFailed Outcome = "integrity_failed"
+	OutcomeArchived        Outcome = "archived" // drained to the bottom layer
 )
 
 // Outcomes lists every Outcome, in the order of a key's journey.
 var Outcomes = []Outcome{OutcomeUnparseable, OutcomeNotOwned, OutcomeResident, OutcomeActive, OutcomeUnreadable, OutcomeEmpty,
-	OutcomeWaiting, OutcomeUntracked, OutcomeDeclined, OutcomeArchiveFailed, OutcomeArchived}
+	OutcomeWaiting, OutcomeUntracked, OutcomeDeclined, OutcomeArchiveFailed, OutcomeIntegrityFailed, OutcomeArchived}
+
+// failure is the outcome of an archive step that failed with err: integrity_failed for data no retry
+// can fix (oplog.ErrIntegrity: a chunk that fails its checksum or parse, a reused index), else
+// archive_failed (a timeout, a refused call, the step cap), which a later pass tries again.
+func failure(err error) Outcome {
+	if errors.Is(err, oplog.ErrIntegrity) {
+		return OutcomeIntegrityFailed
+	}
+	return OutcomeArchiveFailed
+}
 
 // Reason is why a tick stopped before its work was done.
 type Reason string
@@ -241,6 +257,13 @@ func ceilDiv(a, b int) int {
 	return q
 }
 
+// firstWait is how long Run waits before its first tick: the fraction r of interval, r clamped to
+// [0, 1], so that sweeps started at once spread their first ticks, and every one after, over an
+// interval.
+func firstWait(interval time.Duration, r float64) time.Duration {
+	return time.Duration(float64(interval) * min(max(r, 0), 1))
+}
+
 // order puts the routes a tick could not afford first, the rest after, each group in stack order.
 func order(starved []bool) []int {
 	var first, rest []int
@@ -258,16 +281,9 @@ func order(starved []bool) []int {
 // deadline, capped at maxBackoffIntervals intervals (0 reads as 1, so the wait never shrinks to
 // nothing and spins the loop).
 func nextWait(interval time.Duration, deadlineHits, maxBackoffIntervals int) time.Duration {
-	limit := max(maxBackoffIntervals, 1)
-	mult := 1
-	for range deadlineHits {
-		if mult*2 > limit {
-			mult = limit
-			break
-		}
-		mult *= 2
-	}
-	return interval * time.Duration(mult)
+	limit := time.Duration(max(maxBackoffIntervals, 1))
+	waits := backoff.Policy{Initial: interval, Max: interval * limit, Multiplier: 2}
+	return waits.Delay(min(deadlineHits, math.MaxInt-1) + 1) // no hit yet is the first wait
 }
 
 // tally counts outcomes.
@@ -286,6 +302,57 @@ type budget struct {
 	scan, pages, archives, routes int
 }
 
-func newBudget(scan, pageSize, archives int) *budget {
-	return &budget{scan: scan, pages: pageBudget(scan, pageSize), archives: archives}
+// shares is one route's part of its mode's budgets for a tick: the keys it may examine, the scan
+// calls it may make, and the archives it may start.
+type shares struct {
+	scan, pages, archives int
+}
+
+// planBudgets is a tick's budget plan: each mode's routes share budgets of their own (a durable
+// backlog never takes the ephemeral routes' share, nor they its), split between the mode's routes as
+// they take their turns (budget.take).
+func planBudgets(cfg Config, routes []Route) map[oplog.Mode]*budget {
+	plan := map[oplog.Mode]*budget{
+		oplog.Ephemeral: {scan: cfg.MaxScannedPerTick, pages: pageBudget(cfg.MaxScannedPerTick, cfg.PageSize), archives: cfg.MaxArchivesPerTick},
+		oplog.Durable: {scan: cfg.DurableMaxScannedPerTick, pages: pageBudget(cfg.DurableMaxScannedPerTick, cfg.PageSize),
+			archives: cfg.DurableMaxArchivesPerTick},
+	}
+	for _, r := range routes {
+		plan[r.Mode].routes++
+	}
+	return plan
+}
+
+// take gives the next route its even share of what is left (rounded up, so that a small budget still
+// reaches the first routes), and says which budget stops the route when a share is nothing: a scan
+// or page share of 0 is scan_budget, an archive share of 0 archive_budget.
+func (b *budget) take() (shares, Reason) {
+	sh := shares{scan: share(b.scan, b.routes), pages: share(b.pages, b.routes), archives: share(b.archives, b.routes)}
+	b.routes--
+	switch {
+	case sh.scan == 0 || sh.pages == 0:
+		return sh, ReasonScanBudget
+	case sh.archives == 0:
+		return sh, ReasonArchiveBudget
+	}
+	return sh, ""
+}
+
+// spend takes what a route used from the budget, so that the routes after it share the rest.
+func (b *budget) spend(scanned, pages, archives int) {
+	b.scan -= scanned
+	b.pages -= pages
+	b.archives -= archives
+}
+
+// scanStop is the budget that stops a route's walk before its next page, "" when none does: its
+// candidates fill its archive share, or it has used its scan or page share.
+func scanStop(cands, scanned, pages int, sh shares) Reason {
+	switch {
+	case cands >= sh.archives:
+		return ReasonArchiveBudget
+	case scanned >= sh.scan || pages >= sh.pages:
+		return ReasonScanBudget
+	}
+	return ""
 }

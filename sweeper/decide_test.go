@@ -1,11 +1,16 @@
 package sweeper
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stratalog/strata/archive"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
@@ -168,15 +173,31 @@ func TestNextWait_DoublesToTheCapAndResets(t *testing.T) {
 
 func TestConfig_ClampsAndValidation(t *testing.T) {
 	c := DefaultConfig()
-	c.Interval, c.MaxTickDuration = 0, 0
+	c.Interval, c.MaxTickDuration = time.Nanosecond, time.Nanosecond
 	c = c.clamped()
-	if c.Interval != MinInterval || c.MaxTickDuration != MinTickDuration {
-		t.Fatalf("clamped %v %v", c.Interval, c.MaxTickDuration)
+	if c.Interval != MinInterval || c.MaxTickDuration != MinTickDuration || c.MaxAgentDuration != MinTickDuration {
+		t.Fatalf("clamped %v %v %v", c.Interval, c.MaxTickDuration, c.MaxAgentDuration)
 	}
 	bad := DefaultConfig()
-	bad.PageSize = 0
-	if bad.Validate() == nil {
-		t.Fatal("page_size 0 accepted")
+	bad.PageSize = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "sweep page_size -1: want 0 (the default) or from 1 to 10000") {
+		t.Fatalf("page_size -1: %v", err)
+	}
+}
+
+// Zero is the default for every field but Enabled: the zero Config is DefaultConfig switched off.
+func TestConfig_ZeroFieldsTakeTheDefaults(t *testing.T) {
+	var zero Config
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("Config{} refused: %v", err)
+	}
+	want := DefaultConfig().clamped()
+	want.Enabled = false
+	if got := zero.clamped(); got != want {
+		t.Fatalf("Config{} reads as %+v; want the defaults %+v", got, want)
+	}
+	if c := (Config{ShutdownGrace: -1, MaxBackoffIntervals: 1}).clamped(); c.ShutdownGrace != 0 || c.MaxBackoffIntervals != 1 {
+		t.Fatalf("a negative grace and a cap of 1: %v, %d; want none and no backoff", c.ShutdownGrace, c.MaxBackoffIntervals)
 	}
 }
 
@@ -217,5 +238,94 @@ func TestWalkParts_TheOwnerOfBucketZeroWalksOutsideTheBuckets(t *testing.T) {
 		if in != 1 {
 			t.Errorf("key %q lies in %d parts of the walk, want 1", key, in)
 		}
+	}
+}
+
+// The budget plan: each mode's routes share their mode's budgets, each route taking an even share of
+// what the routes before it left.
+func TestPlanBudgets_SharesWhatTheRoutesBeforeLeft(t *testing.T) {
+	cfg := Config{PageSize: 10, MaxScannedPerTick: 100, MaxArchivesPerTick: 5,
+		DurableMaxScannedPerTick: 40, DurableMaxArchivesPerTick: 1}
+	routes := []Route{{Mode: oplog.Ephemeral}, {Mode: oplog.Ephemeral}, {Mode: oplog.Durable}, {Mode: oplog.Durable}}
+	plan := planBudgets(cfg, routes)
+	type used struct{ scanned, pages, archives int }
+	for _, c := range []struct {
+		name  string
+		mode  oplog.Mode
+		used  used // what the route then spends
+		want  shares
+		short Reason
+	}{
+		{"first ephemeral route: half, rounded up", oplog.Ephemeral, used{30, 3, 1}, shares{scan: 50, pages: 5, archives: 3}, ""},
+		{"second ephemeral route: what the first left", oplog.Ephemeral, used{70, 7, 4}, shares{scan: 70, pages: 7, archives: 4}, ""},
+		{"first durable route: its own budget", oplog.Durable, used{0, 0, 1}, shares{scan: 20, pages: 2, archives: 1}, ""},
+		{"second durable route: no archive left", oplog.Durable, used{}, shares{scan: 40, pages: 4, archives: 0}, ReasonArchiveBudget},
+	} {
+		sh, short := plan[c.mode].take()
+		if sh != c.want || short != c.short {
+			t.Fatalf("%s: take() = %+v %q, want %+v %q", c.name, sh, short, c.want, c.short)
+		}
+		plan[c.mode].spend(c.used.scanned, c.used.pages, c.used.archives)
+	}
+	spent := &budget{scan: 10, pages: 0, archives: 3, routes: 1}
+	if _, short := spent.take(); short != ReasonScanBudget {
+		t.Fatalf("no page left: %q, want scan_budget", short)
+	}
+}
+
+func TestScanStop(t *testing.T) {
+	sh := shares{scan: 100, pages: 4, archives: 2}
+	for _, c := range []struct {
+		cands, scanned, pages int
+		want                  Reason
+	}{
+		{0, 0, 0, ""},
+		{1, 99, 3, ""},
+		{2, 0, 0, ReasonArchiveBudget},
+		{2, 100, 4, ReasonArchiveBudget}, // the archive budget is said first
+		{0, 100, 0, ReasonScanBudget},
+		{0, 0, 4, ReasonScanBudget},
+	} {
+		if got := scanStop(c.cands, c.scanned, c.pages, sh); got != c.want {
+			t.Fatalf("scanStop(%d, %d, %d) = %q, want %q", c.cands, c.scanned, c.pages, got, c.want)
+		}
+	}
+}
+
+// Data no retry fixes fails as integrity_failed, apart from what a later pass may get through.
+func TestFailure_IntegrityApartFromTimeouts(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want Outcome
+	}{
+		{fmt.Errorf("drain: %w", archive.ErrCorruptChunk), OutcomeIntegrityFailed},
+		{fmt.Errorf("drain: %w", oplog.ErrIndexReused), OutcomeIntegrityFailed},
+		{fmt.Errorf("read: %w", context.DeadlineExceeded), OutcomeArchiveFailed},
+		{fmt.Errorf("drain: %w", oplog.ErrStepCap), OutcomeArchiveFailed},
+		{fmt.Errorf("drain: %w", is.ErrTransient), OutcomeArchiveFailed},
+		{errors.New("connection refused"), OutcomeArchiveFailed},
+	} {
+		if got := failure(c.err); got != c.want {
+			t.Fatalf("failure(%v) = %s, want %s", c.err, got, c.want)
+		}
+	}
+}
+
+func TestFirstWait_AFractionOfTheInterval(t *testing.T) {
+	for _, c := range []struct {
+		r    float64
+		want time.Duration
+	}{
+		{0, 0}, {0.25, 15 * time.Second}, {0.999, 59940 * time.Millisecond}, {1, time.Minute}, {-1, 0}, {7, time.Minute},
+	} {
+		if got := firstWait(time.Minute, c.r); got != c.want {
+			t.Fatalf("firstWait(1m, %v) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
+func TestNextWait_CappedAtTheTopOfTheRange(t *testing.T) {
+	if got := nextWait(time.Minute, math.MaxInt, 8); got != 8*time.Minute {
+		t.Fatalf("nextWait(hits MaxInt) = %v, want 8m", got)
 	}
 }

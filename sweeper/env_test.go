@@ -148,14 +148,19 @@ type envOption func(*env, *sweeper.Options, *[]oplog.Layer)
 // withCompressedLevels puts n compressed levels above the blob layer.
 func withCompressedLevels(n int) envOption {
 	return func(e *env, _ *sweeper.Options, archives *[]oplog.Layer) {
-		*archives = nil
-		for l := 1; l <= n; l++ {
-			c, _ := archive.NewCompressed(e.st, l)
-			*archives = append(*archives, c)
-		}
-		b, _ := archive.NewBlob(e.blobs, 0)
-		*archives = append(*archives, b)
+		*archives = e.defaultArchives(n)
 	}
+}
+
+// defaultArchives are the archive layers of archive.DefaultStack with levels compressed levels, for an
+// option to wrap before the env builds its stack.
+func (e *env) defaultArchives(levels int) []oplog.Layer {
+	e.t.Helper()
+	stack, err := archive.DefaultStack(e.st, e.blobs, &archive.StackOptions{CompressedLevels: levels})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return stack.Archives()
 }
 
 func withOptions(fn func(*sweeper.Options)) envOption {
@@ -172,14 +177,14 @@ func newEnvOn(t *testing.T, st is.Storage, cfg sweeper.Config, opts ...envOption
 	e := &env{t: t, st: &probe{Storage: st, lasts: map[string]int{}}, blobs: memory.NewBlobStore(), logs: &bytes.Buffer{},
 		resident: map[oplog.AgentID]bool{}, assign: sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, assigned: true,
 		drained: map[oplog.AgentID]int{}}
-	c1, _ := archive.NewCompressed(e.st, 1)
-	b0, _ := archive.NewBlob(e.blobs, 0)
-	archives := []oplog.Layer{c1, b0}
+	archives := e.defaultArchives(1)
 	o := sweeper.Options{
 		Residency: func(a oplog.AgentID) bool { e.mu.Lock(); defer e.mu.Unlock(); return e.resident[a] },
 		Shards:    func() (sweeper.Assignment, bool) { e.mu.Lock(); defer e.mu.Unlock(); return e.assign, e.assigned },
 		OnDrained: func(a oplog.AgentID, _ oplog.Mode) { e.mu.Lock(); defer e.mu.Unlock(); e.drained[a]++ },
 		Logger:    slog.New(slog.NewTextHandler(&lockedWriter{w: e.logs}, nil)),
+		// Run ticks at once: the tests that run it wait for its ticks, not for a stagger.
+		FirstTickJitter: func() float64 { return 0 },
 	}
 	for _, opt := range opts {
 		opt(e, &o, &archives)

@@ -63,6 +63,8 @@ func Example_embeddedExecutor() {
 			return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true
 		},
 		OnDrained: func(a oplog.AgentID, _ oplog.Mode) { drained <- a },
+		// One sweep in one process has no fleet to stagger against: tick at once.
+		FirstTickJitter: func() float64 { return 0 },
 	})
 	if err != nil {
 		fmt.Println(err)

@@ -475,7 +475,10 @@ func TestNew_ALayerOfAnUncomparableTypeIsFine(t *testing.T) {
 
 func TestConfig_ValidateRejectsEveryValueOutsideItsRange(t *testing.T) {
 	for name, mutate := range map[string]func(*sweeper.Config){
-		"page_size 0":                        func(c *sweeper.Config) { c.PageSize = 0 },
+		"page_size negative":                 func(c *sweeper.Config) { c.PageSize = -1 },
+		"max_concurrency negative":           func(c *sweeper.Config) { c.MaxConcurrency = -1 },
+		"max_tracked_agents negative":        func(c *sweeper.Config) { c.MaxTrackedAgents = -1 },
+		"shutdown_grace past its top":        func(c *sweeper.Config) { c.ShutdownGrace = sweeper.ShutdownGraceRange.Max + 1 },
 		"page_size past its top":             func(c *sweeper.Config) { c.PageSize = sweeper.PageSizeRange.Max + 1 },
 		"max_scanned_per_tick at 2^63-1":     func(c *sweeper.Config) { c.MaxScannedPerTick = 1<<63 - 1 },
 		"max_archives_per_tick at 2^63-1":    func(c *sweeper.Config) { c.MaxArchivesPerTick = 1<<63 - 1 },
@@ -487,7 +490,6 @@ func TestConfig_ValidateRejectsEveryValueOutsideItsRange(t *testing.T) {
 		"interval of a century":              func(c *sweeper.Config) { c.Interval = 100 * 365 * 24 * time.Hour },
 		"max_tick_duration negative":         func(c *sweeper.Config) { c.MaxTickDuration = -1 },
 		"max_agent_duration past its top":    func(c *sweeper.Config) { c.MaxAgentDuration = 1<<63 - 1 },
-		"shutdown_grace negative":            func(c *sweeper.Config) { c.ShutdownGrace = -1 },
 	} {
 		c := sweeper.DefaultConfig()
 		mutate(&c)
@@ -550,4 +552,75 @@ func TestSweep_APassThatEndsWithMoreThanTheTickCanArchiveSaysSo(t *testing.T) {
 	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeArchived] != 2 || len(rep.Truncated) != 0 {
 		t.Fatalf("next tick: %+v, truncated %v", rep.Outcomes, rep.Truncated)
 	}
+}
+
+// A stored chunk that fails its checksum is integrity_failed, not archive_failed: no later pass fixes
+// it. The agent stays tracked and nothing is moved past it.
+func TestSweep_ACorruptChunkIsIntegrityFailed(t *testing.T) {
+	e := newEnv(t, config())
+	bad := agent("corrupt")
+	e.strand(bad, 1, 3)
+	// A chunk above the agent's that does not parse, as a flipped byte on the disk leaves one.
+	if err := e.st.Storage.Append(t.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), bad.StoredKey(), 9, []byte("not a chunk")); err != nil {
+		t.Fatal(err)
+	}
+	e.tick()
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeIntegrityFailed] != 1 || rep.Outcomes[sweeper.OutcomeArchiveFailed] != 0 ||
+		rep.Outcomes[sweeper.OutcomeArchived] != 0 || rep.Routes[0].Errors != 1 {
+		t.Fatalf("outcomes %v, errors %d; want one integrity_failed", rep.Outcomes, rep.Routes[0].Errors)
+	}
+	if rep.Tracked != 1 || e.drainedCount(bad) != 0 {
+		t.Fatalf("tracked %d, drained %d: want the agent kept and not drained", rep.Tracked, e.drainedCount(bad))
+	}
+	if !strings.Contains(e.logs.String(), "integrity") {
+		t.Fatalf("no error logged: %s", e.logs.String())
+	}
+}
+
+// An agent that wrote indices its earlier life already archived is integrity_failed, and its entries
+// stay where they are.
+func TestSweep_AReusedIndexIsIntegrityFailed(t *testing.T) {
+	e := newEnv(t, config())
+	reused := agent("reused")
+	e.strand(reused, 1, 3)
+	e.tick()
+	if rep := e.tick(); rep.Outcomes[sweeper.OutcomeArchived] != 1 {
+		t.Fatalf("first life: outcomes %v, want it archived", rep.Outcomes)
+	}
+	// Its second life starts again from index 1, with other entries.
+	var second []oplog.Entry
+	for i := 1; i <= 2; i++ {
+		second = append(second, oplog.Entry{Index: oplog.Index(i), Payload: []byte(fmt.Sprint("second life ", i))})
+	}
+	if err := e.stack.Append(t.Context(), reused, oplog.Ephemeral, second); err != nil {
+		t.Fatal(err)
+	}
+	e.tick()
+	rep := e.tick()
+	if rep.Outcomes[sweeper.OutcomeIntegrityFailed] != 1 || rep.Outcomes[sweeper.OutcomeArchiveFailed] != 0 {
+		t.Fatalf("second life: outcomes %v, want one integrity_failed", rep.Outcomes)
+	}
+	if !e.inLayer(reused) {
+		t.Fatal("the second life's entries left compressed level 1")
+	}
+}
+
+// sweeper.Config{} is a sweep with the defaults, switched off; switched on, it sweeps.
+func TestNew_TheZeroConfigIsTheDefaults(t *testing.T) {
+	e := newEnv(t, sweeper.Config{})
+	want := sweeper.DefaultConfig()
+	want.Enabled, want.MaxAgentDuration = false, want.MaxTickDuration
+	if got := e.sw.Config(); got != want {
+		t.Fatalf("Config() = %+v; want %+v", got, want)
+	}
+	if rep := e.tick(); !rep.Disabled {
+		t.Fatalf("the zero Config swept: %+v", rep)
+	}
+	e = newEnv(t, sweeper.Config{Enabled: true})
+	a := agent("zero")
+	e.strand(a, 1, 2)
+	e.tick()
+	e.tick()
+	e.requireArchived(a, 2)
 }

@@ -176,7 +176,7 @@ func (s *Sweeper) finish(rep *Report) {
 	}
 	rep.DeadlineHits = s.hits
 	rep.NextWait = nextWait(s.cfg.Interval, s.hits, s.cfg.MaxBackoffIntervals)
-	rep.Tracked = s.tracked
+	rep.Tracked = s.tracked.len()
 	s.logStandDown(*rep)
 
 	passes := make(map[string]uint64, len(s.routes))
@@ -195,7 +195,7 @@ func (s *Sweeper) finish(rep *Report) {
 	if rep.StandDownReason != "" && !slices.Contains(s.reasons, rep.StandDownReason) {
 		s.reasons = append(s.reasons, rep.StandDownReason)
 	}
-	s.status = Status{Last: *rep, Passes: passes, Tracked: s.tracked, DeadlineHits: s.hits, NextWait: rep.NextWait,
+	s.status = Status{Last: *rep, Passes: passes, Tracked: s.tracked.len(), DeadlineHits: s.hits, NextWait: rep.NextWait,
 		StandDownReason: rep.StandDownReason, Unreadable: unreadable, Unparseable: unparseable}
 	s.statusMu.Unlock()
 	s.m.record(*rep)

@@ -6,10 +6,12 @@
 package sweeper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/backoff"
 	"github.com/stratalog/strata/internal/grace"
 	"github.com/stratalog/strata/oplog"
 )
@@ -69,6 +72,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// FirstTickJitter gives the fraction of Config.Interval that Run waits before its first tick, from
+	// [0, 1) (firstWait), so that sidecars started together, as a rollout starts them, spread their ticks
+	// over an interval instead of ticking in step (River staggers its first run the same way). nil: a
+	// uniform random fraction (math/rand/v2). A func returning 0 ticks at once, as a lone in-process
+	// sweep or a test may want.
+	FirstTickJitter func() float64
 }
 
 // Route is one hop the sweep drives: agents found in Source (a layer that can enumerate them) are
@@ -82,25 +91,28 @@ type Route struct {
 }
 
 type route struct {
+	// Set by New and only read after it.
 	Route
+	id     int // its index in Sweeper.routes and its table's in the tracker
 	source oplog.Layer
 	// primaryBelow: a durable route whose source is an archive layer, whose agents' newest entries may
 	// be in the primary, above it: the gate reads the primary's last index too.
 	primaryBelow bool
+	// scansOutside: the source can walk the parts of its namespace outside every bucket
+	// (oplog.RangeScanner), so the owner of bucket 0 counts and names the keys there.
+	scansOutside bool
+
+	// The walk state, below: Sweeper.mu guards it (only a tick reads or writes it).
 
 	// parts are the key ranges a pass walks, from the assignment (walkParts); the pass is in parts[at],
 	// continuing from resume. A changed assignment restarts the walk on its own parts.
 	parts  []part
 	at     int
 	resume is.Resume // where the walk of parts[at] continues; lives in memory only
-	// scansOutside: the source can walk the parts of its namespace outside every bucket
-	// (oplog.RangeScanner), so the owner of bucket 0 counts and names the keys there.
-	scansOutside bool
-	pass         uint64 // the pass under way, from 1
+	pass   uint64    // the pass under way, from 1
 	// scanned is the pass this tick's scan of the route ran in (pass, or pass-1 once the scan completed
 	// it): what the archive phase stamps a declined agent with.
 	scanned uint64
-	seen    map[string]sighting
 	pending []candidate // passed the gate, not yet afforded by an archive budget
 	starved bool        // a tick could not afford it: it goes first next tick
 }
@@ -114,6 +126,7 @@ type candidate struct {
 // Sweeper is the sweep over one stack. SweepOnce and Run may be called from one goroutine at a time
 // each; Status from any.
 type Sweeper struct {
+	// Set by New and only read after it: no lock.
 	cfg    Config
 	stack  *oplog.Stack
 	opts   Options
@@ -123,15 +136,18 @@ type Sweeper struct {
 
 	born time.Time // when New built it: the durable route's "active" for an agent LastActive does not know
 
-	mu        sync.Mutex // one tick at a time
-	tracked   int        // entries over every route's table
-	hits      int        // consecutive ticks that hit their deadline
-	standDown string     // the last tick's stand-down reason, "" when it ran: logged on change
+	// mu is held by a tick from start to end (one tick at a time); it guards the fields below it and
+	// the routes' walk state (route's fields after Route).
+	mu        sync.Mutex
+	tracked   *tracker // the routes' tracking tables and their count
+	hits      int      // consecutive ticks that hit their deadline
+	standDown string   // the last tick's stand-down reason, "" when it ran: logged on change
 	// trimmedTo is the assignment the tracking tables were last trimmed to (trimmed: there was one),
 	// so that a tick whose shards did not change costs nothing per tracked agent.
 	trimmedTo Assignment
 	trimmed   bool
 
+	// statusMu guards what Status reads from any goroutine while a tick runs: the fields below it.
 	statusMu sync.Mutex
 	status   Status
 	reasons  []string // every stand-down reason seen, for the metric's label values
@@ -184,12 +200,14 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 			s.routes = append(s.routes, &route{
 				Route: Route{Name: fmt.Sprintf("%s-l%d", mode, level), Mode: mode, Level: level,
 					Source: layer.Name(), Target: layers[level+1].Name()},
+				id:     len(s.routes),
 				source: layer, primaryBelow: mode == oplog.Durable && level > 0,
-				pass: 1, seen: map[string]sighting{},
+				pass:         1,
 				scansOutside: isRangeScanner(layer),
 			})
 		}
 	}
+	s.tracked = newTracker(len(s.routes), s.cfg.MaxTrackedAgents)
 	var err error
 	if s.m, err = newInstruments(opts.MeterProvider, s); err != nil {
 		return nil, err
@@ -223,7 +241,8 @@ func (s *Sweeper) Routes() []Route {
 func (s *Sweeper) Config() Config { return s.cfg }
 
 // Run ticks every Interval (longer while ticks keep hitting their deadline) until ctx is cancelled, and
-// returns nil then. The agents being archived when ctx is cancelled get ShutdownGrace to finish, and
+// returns nil then; its first tick comes after a random fraction of an interval (Options.
+// FirstTickJitter). The agents being archived when ctx is cancelled get ShutdownGrace to finish, and
 // are cut after it (a cut step converges on a later pass), so Run returns within the grace plus the
 // time the storage driver takes to give a cancelled call back. A disabled sweep returns at once.
 func (s *Sweeper) Run(ctx context.Context) error {
@@ -231,19 +250,26 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		s.log.Info("sweep disabled: ephemeral agents register scheduled rows instead")
 		return nil
 	}
-	for {
+	jitter := s.opts.FirstTickJitter
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	for wait := firstWait(s.cfg.Interval, jitter()); ; {
+		if !sleep(ctx, wait) {
+			return nil
+		}
 		rep := s.SweepOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		timer := time.NewTimer(rep.NextWait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case <-timer.C:
-		}
+		wait = rep.NextWait
 	}
+}
+
+// sleep waits d, and reports false if ctx is cancelled first. A wait of 0 does not look at ctx: the
+// tick it leads to sees the cancellation itself.
+func sleep(ctx context.Context, d time.Duration) bool {
+	return d <= 0 || backoff.Wait(ctx, d) == nil
 }
 
 // stopReason says why a tick must stop at a boundary: shutdown (the caller's context) or its deadline.
@@ -300,75 +326,76 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	// finish but cannot be held by them for longer than that.
 	stepBase, release := grace.After(ctx, s.cfg.ShutdownGrace, errShutdownGrace)
 	defer release()
-	// Each mode's routes share budgets of their own: a durable backlog never takes the ephemeral
-	// routes' share, nor they its.
-	left := map[oplog.Mode]*budget{
-		oplog.Ephemeral: newBudget(s.cfg.MaxScannedPerTick, s.cfg.PageSize, s.cfg.MaxArchivesPerTick),
-		oplog.Durable:   newBudget(s.cfg.DurableMaxScannedPerTick, s.cfg.PageSize, s.cfg.DurableMaxArchivesPerTick),
-	}
+	t := &tick{shutdown: ctx, ctx: tickCtx, stepBase: stepBase, assign: assign, budgets: planBudgets(s.cfg, s.Routes())}
 
 	starved := make([]bool, len(s.routes))
 	for i, r := range s.routes {
 		starved[i] = r.starved
 	}
 	sequence := order(starved)
-	for _, r := range s.routes {
-		left[r.Mode].routes++
-	}
 	reports := make([]RouteReport, len(s.routes))
 	work := make([][]candidate, len(s.routes))
 
 	// Scan phase: walk and decide. Nothing is archived until every walk has stopped, because an archive
 	// step deletes keys under a cursor.
 	for _, i := range sequence {
-		r := s.routes[i]
-		rr := &reports[i]
-		*rr = RouteReport{Route: r.Name, Outcomes: tally{}}
-		b := left[r.Mode]
-		scanShare, pageShare, archiveShare := share(b.scan, b.routes), share(b.pages, b.routes), share(b.archives, b.routes)
-		b.routes--
-		switch reason := stopReason(ctx, tickCtx); {
-		case reason != "":
-			rr.Truncated, r.starved = reason, true
-			continue
-		case scanShare == 0 || pageShare == 0:
-			rr.Truncated, r.starved = ReasonScanBudget, true
-			continue
-		case archiveShare == 0:
-			rr.Truncated, r.starved = ReasonArchiveBudget, true
-			continue
-		}
-		r.starved = false
-		s.progress(func(p *Progress) { p.Route = r.Name })
-		cands := s.scan(ctx, tickCtx, r, assign, scanShare, pageShare, archiveShare, rr)
-		if more := rr.Outcomes[OutcomeUnparseable] - len(rr.Unparseable); more > 0 {
-			s.log.Warn("sweep met more keys that are no agent's stored key than it names", "route", r.Name,
-				"named", len(rr.Unparseable), "more", more)
-		}
-		afforded := min(len(cands), archiveShare)
-		work[i], r.pending = cands[:afforded], cands[afforded:]
-		if len(r.pending) > 0 && rr.Truncated == "" {
-			// The walk finished (its pass completed) with more agents through the gate than the tick
-			// can archive: the rest wait for the next tick, which the report must say.
-			rr.Truncated = ReasonArchiveBudget
-		}
-		b.scan -= rr.Scanned
-		b.pages -= rr.Pages
-		b.archives -= afforded
+		reports[i] = RouteReport{Route: s.routes[i].Name, Outcomes: tally{}}
+		work[i] = s.scanRoute(t, s.routes[i], &reports[i])
 	}
 
 	// Archive phase.
 	s.progress(func(p *Progress) { p.Phase, p.Route = PhaseArchive, "" })
 	for _, i := range sequence {
 		if len(work[i]) > 0 {
-			s.archiveAll(ctx, tickCtx, stepBase, s.routes[i], work[i], assign, &reports[i])
+			s.archiveAll(t, s.routes[i], work[i], &reports[i])
 		}
 	}
 	for _, i := range sequence {
-		reports[i].Unarchived = s.routes[i].unarchived()
+		reports[i].Unarchived = s.routes[i].unarchived(s.tracked)
 		rep.Routes = append(rep.Routes, reports[i])
 	}
 	return rep
+}
+
+// tick is a SweepOnce under way: its contexts, the assignment it read once, and what is left of its
+// budgets.
+type tick struct {
+	shutdown context.Context // the caller's: cancelled at shutdown
+	ctx      context.Context // under shutdown, cancelled at the tick's deadline (MaxTickDuration)
+	stepBase context.Context // what an agent's archive runs under: shutdown, outlived by the grace
+	assign   Assignment
+	budgets  map[oplog.Mode]*budget // each mode's routes share budgets of their own
+}
+
+// stopReason says why the tick must stop at a boundary: shutdown or its deadline; "" to go on.
+func (t *tick) stopReason() Reason { return stopReason(t.shutdown, t.ctx) }
+
+// scanRoute runs the scan phase of one route on its share of its mode's budgets and returns the
+// candidates the tick can afford to archive; the rest wait in r.pending.
+func (s *Sweeper) scanRoute(t *tick, r *route, rr *RouteReport) []candidate {
+	b := t.budgets[r.Mode]
+	sh, short := b.take()
+	if reason := cmp.Or(t.stopReason(), short); reason != "" {
+		rr.Truncated, r.starved = reason, true
+		return nil
+	}
+	r.starved = false
+	s.progress(func(p *Progress) { p.Route = r.Name })
+	cands := s.scan(t, r, sh, rr)
+	if more := rr.Outcomes[OutcomeUnparseable] - len(rr.Unparseable); more > 0 {
+		s.log.Warn("sweep met more keys that are no agent's stored key than it names", "route", r.Name,
+			"named", len(rr.Unparseable), "more", more)
+	}
+	afforded := min(len(cands), sh.archives)
+	work := cands[:afforded]
+	r.pending = cands[afforded:]
+	if len(r.pending) > 0 && rr.Truncated == "" {
+		// The walk finished (its pass completed) with more agents through the gate than the tick
+		// can archive: the rest wait for the next tick, which the report must say.
+		rr.Truncated = ReasonArchiveBudget
+	}
+	b.spend(rr.Scanned, rr.Pages, afforded)
+	return work
 }
 
 // errShutdownGrace is the cause of an agent's context cut because the shutdown grace elapsed.
@@ -381,8 +408,8 @@ var errShutdownGrace = errors.New("sweep shutdown grace elapsed")
 // the next pass), never a reason to read the same page again. Only the tick's own end keeps the token
 // where it was. A page with a transient failure ends the route's tick after that page, so a store that
 // fails every call costs one page of failed reads a tick, not the whole scan budget.
-func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, scanShare, pageShare, archiveShare int, rr *RouteReport) []candidate {
-	if want := walkParts(a, r.scansOutside); !slices.Equal(want, r.parts) {
+func (s *Sweeper) scan(t *tick, r *route, sh shares, rr *RouteReport) []candidate {
+	if want := walkParts(t.assign, r.scansOutside); !slices.Equal(want, r.parts) {
 		r.parts, r.at, r.resume = want, 0, is.Resume{}
 	}
 	r.scanned = r.pass
@@ -392,55 +419,24 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 		queued[c.key] = true
 	}
 	for {
-		switch {
-		case len(cands) >= archiveShare:
-			rr.Truncated = ReasonArchiveBudget
-			return cands
-		case rr.Scanned >= scanShare || rr.Pages >= pageShare:
-			rr.Truncated = ReasonScanBudget
-			return cands
-		}
-		if reason := stopReason(ctx, tickCtx); reason != "" {
+		if reason := cmp.Or(scanStop(len(cands), rr.Scanned, rr.Pages, sh), t.stopReason()); reason != "" {
 			rr.Truncated = reason
 			return cands
 		}
-		page, err := r.scanPart(tickCtx, r.parts[r.at], r.resume, s.cfg.PageSize)
+		page, err := r.scanPart(t.ctx, r.parts[r.at], r.resume, s.cfg.PageSize)
 		rr.Pages++
 		if err != nil {
-			s.storageError(ctx, tickCtx, rr, "scan", err)
+			s.storageError(t, rr, "scan", err)
 			return cands
 		}
 		// Decide the whole page; if the tick is cut inside it, keep the old token so the keys not
 		// decided are read again rather than skipped (a page is never trimmed).
+		var cut Reason
 		transient := false
-		sights := s.sight(tickCtx, r, a, page)
-		for i, key := range page.Keys {
-			c, outcome, err := s.decide(r, key, sights[i])
-			if err != nil {
-				if reason := stopReason(ctx, tickCtx); reason != "" {
-					rr.Truncated = reason
-					return cands
-				}
-				s.unreadable(r, rr, key, key, err)
-				transient = transient || errors.Is(err, is.ErrTransient)
-				continue
-			}
-			rr.Scanned++
-			if outcome != "" {
-				rr.Outcomes[outcome]++
-				if outcome == OutcomeUnparseable {
-					s.unparseable(r, rr, key)
-				}
-				continue
-			}
-			if !queued[key] {
-				queued[key] = true
-				cands = append(cands, c)
-			}
-		}
-		for _, u := range page.Unreadable {
-			s.unreadable(r, rr, u.Key, u.Where, u.Err)
-			transient = transient || errors.Is(u.Err, is.ErrTransient)
+		cands, cut, transient = s.decidePage(t, r, page, rr, queued, cands)
+		if cut != "" {
+			rr.Truncated = cut
+			return cands
 		}
 		switch {
 		case page.Done && r.at+1 == len(r.parts):
@@ -456,6 +452,41 @@ func (s *Sweeper) scan(ctx, tickCtx context.Context, r *route, a Assignment, sca
 			return cands
 		}
 	}
+}
+
+// decidePage decides every key of a page and appends those that passed the gate, and are not queued
+// yet, to cands. cut is why the tick ended inside the page ("" when it did not); transient reports a
+// read that failed transiently.
+func (s *Sweeper) decidePage(t *tick, r *route, page is.Page, rr *RouteReport, queued map[string]bool, cands []candidate) (_ []candidate, cut Reason, transient bool) {
+	sights := s.sight(t, r, page)
+	for i, key := range page.Keys {
+		c, outcome, err := s.decide(r, key, sights[i])
+		if err != nil {
+			if reason := t.stopReason(); reason != "" {
+				return cands, reason, transient
+			}
+			s.unreadable(r, rr, key, key, err)
+			transient = transient || errors.Is(err, is.ErrTransient)
+			continue
+		}
+		rr.Scanned++
+		if outcome != "" {
+			rr.Outcomes[outcome]++
+			if outcome == OutcomeUnparseable {
+				s.unparseable(r, rr, key)
+			}
+			continue
+		}
+		if !queued[key] {
+			queued[key] = true
+			cands = append(cands, c)
+		}
+	}
+	for _, u := range page.Unreadable {
+		s.unreadable(r, rr, u.Key, u.Where, u.Err)
+		transient = transient || errors.Is(u.Err, is.ErrTransient)
+	}
+	return cands, "", transient
 }
 
 // scanPart reads one page of a part of the route's walk.
@@ -515,7 +546,7 @@ type sight struct {
 // sight triages a page's keys and finds the last index of those that survive: from the page itself
 // when the backend read them with it (Page.LastIDs), else by reading each, at most MaxConcurrency at
 // once, as the archive phase runs.
-func (s *Sweeper) sight(ctx context.Context, r *route, a Assignment, page is.Page) []sight {
+func (s *Sweeper) sight(t *tick, r *route, page is.Page) []sight {
 	sights := make([]sight, len(page.Keys))
 	ids := page.LastIDs
 	if len(ids) != len(page.Keys) {
@@ -526,7 +557,7 @@ func (s *Sweeper) sight(ctx context.Context, r *route, a Assignment, page is.Pag
 	now := s.opts.Now()
 	for i, key := range page.Keys {
 		sg := &sights[i]
-		sg.agent, sg.outcome, sg.worth = triage(key, a, s.opts.Residency)
+		sg.agent, sg.outcome, sg.worth = triage(key, t.assign, s.opts.Residency)
 		if sg.worth && r.Mode == oplog.Durable && !s.idle(sg.agent, now) {
 			sg.outcome, sg.worth = OutcomeActive, false
 		}
@@ -542,7 +573,7 @@ func (s *Sweeper) sight(ctx context.Context, r *route, a Assignment, page is.Pag
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
-				sg.last, sg.exists, sg.err = s.gateIndex(ctx, r, sg.agent, fromPage)
+				sg.last, sg.exists, sg.err = s.gateIndex(t.ctx, r, sg.agent, fromPage)
 			})
 		}
 	}
@@ -583,40 +614,25 @@ func (s *Sweeper) decide(r *route, key string, sg sight) (candidate, Outcome, er
 	case sg.err != nil:
 		return candidate{}, "", sg.err
 	case !exists:
-		s.forget(r, key)
+		s.tracked.forget(r.id, key)
 		return candidate{}, OutcomeEmpty, nil
 	}
-	seen, known := r.seen[key]
+	seen, known := s.tracked.lookup(r.id, key)
 	if assess(seen, known, last, r.pass) {
 		// Re-stamped before the archive, so a failed archive keeps the gate it passed.
-		r.seen[key] = sighting{index: last, pass: r.pass}
+		s.tracked.update(r.id, key, sighting{index: last, pass: r.pass})
 		return candidate{key: key, agent: agent, index: last}, "", nil
 	}
-	if !known && s.tracked >= s.cfg.MaxTrackedAgents {
+	if !s.tracked.track(r.id, key, sighting{index: last, pass: r.pass}) {
 		return candidate{}, OutcomeUntracked, nil
 	}
-	if !known {
-		s.tracked++
-	}
-	r.seen[key] = sighting{index: last, pass: r.pass}
 	return candidate{}, OutcomeWaiting, nil
-}
-
-func (s *Sweeper) forget(r *route, key string) {
-	if _, ok := r.seen[key]; ok {
-		delete(r.seen, key)
-		s.tracked--
-	}
 }
 
 // completePass ends the route's pass: entries neither this pass nor the one before saw are dropped,
 // and the next pass starts from the beginning.
 func (s *Sweeper) completePass(r *route) {
-	for key, seen := range r.seen {
-		if !keep(seen, r.pass) {
-			s.forget(r, key)
-		}
-	}
+	s.tracked.forgetIf(r.id, func(_ string, seen sighting) bool { return !keep(seen, r.pass) })
 	r.pass++
 	r.at, r.resume = 0, is.Resume{}
 }
@@ -630,19 +646,18 @@ func (s *Sweeper) dropUnowned(a Assignment) {
 	}
 	s.trimmedTo, s.trimmed = Assignment{ShardCount: a.ShardCount, Shards: slices.Clone(a.Shards)}, true
 	for _, r := range s.routes {
-		for key := range r.seen {
-			if bucket, ok := is.KeyBucket(key); !ok || !ownsBucket(a, bucket) {
-				s.forget(r, key)
-			}
-		}
+		s.tracked.forgetIf(r.id, func(key string, _ sighting) bool {
+			bucket, ok := is.KeyBucket(key)
+			return !ok || !ownsBucket(a, bucket)
+		})
 		r.pending = slices.DeleteFunc(r.pending, func(c candidate) bool { return !owns(a, c.agent) })
 	}
 }
 
 // storageError records a failed page read: a cut by the deadline or shutdown truncates the route, any
 // other failure is logged and counted, the work staying in the layer for a later tick.
-func (s *Sweeper) storageError(ctx, tickCtx context.Context, rr *RouteReport, what string, err error) {
-	if reason := stopReason(ctx, tickCtx); reason != "" {
+func (s *Sweeper) storageError(t *tick, rr *RouteReport, what string, err error) {
+	if reason := t.stopReason(); reason != "" {
 		rr.Truncated = reason
 		return
 	}
@@ -660,7 +675,7 @@ type archived struct {
 // archiveAll archives the candidates, at most MaxConcurrency at once. Shutdown and the deadline stop
 // new agents from starting; an agent under way runs under stepBase (which outlives shutdown by the
 // grace) and its own MaxAgentDuration.
-func (s *Sweeper) archiveAll(ctx, tickCtx, stepBase context.Context, r *route, cands []candidate, a Assignment, rr *RouteReport) {
+func (s *Sweeper) archiveAll(t *tick, r *route, cands []candidate, rr *RouteReport) {
 	results := make(chan archived, len(cands))
 	slots := make(chan struct{}, s.cfg.MaxConcurrency)
 	var wg sync.WaitGroup
@@ -669,9 +684,9 @@ dispatch:
 	for _, c := range cands {
 		select {
 		case slots <- struct{}{}:
-		case <-tickCtx.Done():
+		case <-t.ctx.Done():
 		}
-		if reason := stopReason(ctx, tickCtx); reason != "" {
+		if reason := t.stopReason(); reason != "" {
 			rr.Truncated = reason
 			break dispatch
 		}
@@ -679,7 +694,7 @@ dispatch:
 		s.progress(func(p *Progress) { p.Started++ })
 		wg.Go(func() {
 			defer func() { <-slots }()
-			stepCtx, cancel := context.WithTimeout(stepBase, s.cfg.MaxAgentDuration)
+			stepCtx, cancel := context.WithTimeout(t.stepBase, s.cfg.MaxAgentDuration)
 			defer cancel()
 			results <- s.archive(stepCtx, r, c)
 			s.progress(func(p *Progress) { p.Done++ })
@@ -696,20 +711,20 @@ dispatch:
 			rr.Moved += res.drained.Moved
 			rr.Bytes += res.drained.Bytes
 			rr.Archived = append(rr.Archived, res.agent)
-			s.forget(r, res.key)
+			s.tracked.forget(r.id, res.key)
 			if s.opts.OnDrained != nil {
 				s.opts.OnDrained(res.agent, r.Mode)
 			}
-		case OutcomeArchiveFailed:
+		case OutcomeArchiveFailed, OutcomeIntegrityFailed:
 			rr.Errors++
 		case OutcomeDeclined:
 			if res.current == 0 {
-				s.forget(r, res.key)
-			} else if _, ok := r.seen[res.key]; ok {
+				s.tracked.forget(r.id, res.key)
+			} else {
 				// Stamped with the pass this tick scanned in, never the (possibly earlier) pass that
 				// queued the candidate: the gate then needs a sighting from a later pass, as for any
 				// agent seen for the first time.
-				r.seen[res.key] = sighting{index: res.current, pass: r.scanned}
+				s.tracked.update(r.id, res.key, sighting{index: res.current, pass: r.scanned})
 			}
 		}
 	}
@@ -727,7 +742,7 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 	failed := func(what string, err error) archived {
 		s.log.Warn("sweep archive failed; the agent stays tracked and is tried again on a later pass",
 			"route", r.Name, "agent", c.agent.Key(), "call", what, "err", err, "cut", ctx.Err() != nil)
-		res.outcome = OutcomeArchiveFailed
+		res.outcome = failure(err)
 		return res
 	}
 	if s.opts.Locker != nil {
@@ -773,13 +788,14 @@ func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
 	case errors.Is(err, oplog.ErrStepCap):
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
 			"agent", c.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
-		res.outcome = OutcomeArchiveFailed
-	case errors.Is(err, oplog.ErrIndexReused):
+		res.outcome = failure(err)
+	case errors.Is(err, oplog.ErrIntegrity):
 		// No later pass can fix this by itself: the executor wrote indices an earlier lifetime of the
-		// agent already archived. Nothing was moved or dropped; the entries wait for an operator.
-		s.log.Error("sweep cannot archive an agent whose indices were reused; its entries stay where they are",
-			"route", r.Name, "agent", c.agent.Key(), "err", err)
-		res.outcome = OutcomeArchiveFailed
+		// agent already archived (ErrIndexReused), or a stored chunk fails its checksum. Nothing was
+		// moved or dropped past it; the entries wait for an operator.
+		s.log.Error("sweep cannot archive an agent whose stored data fails an integrity check (reused indices, "+
+			"a corrupt chunk); its entries stay where they are", "route", r.Name, "agent", c.agent.Key(), "err", err)
+		res.outcome = failure(err)
 	case err != nil:
 		return failed("drain", err)
 	case !res.drained.Finished(r.Level):

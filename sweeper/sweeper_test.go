@@ -596,13 +596,14 @@ func TestRun_StopsOnCancelAfterArchiving(t *testing.T) {
 
 func TestNew_RejectsInvalidConfigAndAStackWithoutSources(t *testing.T) {
 	cfg := config()
-	cfg.MaxConcurrency = 0
+	cfg.MaxConcurrency = -1 // 0 is the default
 	st := memory.New()
-	c1, _ := archive.NewCompressed(st, 1)
-	b0, _ := archive.NewBlob(memory.NewBlobStore(), 0)
-	stack, _ := oplog.NewStack(oplog.NewPrimary(st), c1, b0)
+	stack, err := archive.DefaultStack(st, memory.NewBlobStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := sweeper.New(cfg, stack, sweeper.Options{}); err == nil {
-		t.Fatal("max_concurrency 0 accepted")
+		t.Fatal("max_concurrency -1 accepted")
 	}
 	if _, err := sweeper.New(config(), nil, sweeper.Options{}); err == nil {
 		t.Fatal("nil stack accepted")
@@ -612,7 +613,14 @@ func TestNew_RejectsInvalidConfigAndAStackWithoutSources(t *testing.T) {
 		t.Fatalf("the zero stack: %v, want ErrStackNotBuilt", err)
 	}
 	// A stack whose only archive is the blob layer has nothing to sweep: no routes, no error.
-	blobOnly, _ := oplog.NewStack(oplog.NewPrimary(st), b0)
+	b0, err := archive.NewBlob(memory.NewBlobStore(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobOnly, err := oplog.NewStack(oplog.NewPrimary(st), b0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sw, err := sweeper.New(config(), blobOnly, sweeper.Options{})
 	if err != nil || len(sw.Routes()) != 0 {
 		t.Fatalf("blob-only stack: %v routes, %v", sw.Routes(), err)
@@ -762,5 +770,27 @@ func TestSweep_AKeyWithAnotherBucketsPrefixIsUnparseableAndNeverArchived(t *test
 	}
 	if ok, err := e.st.Storage.Exists(t.Context(), ns, wrong); err != nil || !ok {
 		t.Fatalf("the misplaced key's entries are gone: %v %v", ok, err)
+	}
+}
+
+// Run's first tick waits its jitter's fraction of the interval: cancelled within that wait, it has
+// ticked never.
+func TestRun_TheFirstTickWaitsItsJitter(t *testing.T) {
+	cfg := config()
+	cfg.Interval = time.Hour
+	asked := make(chan struct{})
+	e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) {
+		o.FirstTickJitter = func() float64 { close(asked); return 0.5 }
+	}))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- e.sw.Run(ctx) }()
+	<-asked
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if last := e.sw.Status().Last; !last.Start.IsZero() {
+		t.Fatalf("Run ticked before half an hour had passed: %+v", last)
 	}
 }

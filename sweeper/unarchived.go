@@ -6,12 +6,6 @@ package sweeper
 // followed (drained by its executor, or deleted), and it is kept for one pass of grace only.
 //
 // It costs one look at each tracking entry of the route, as completing a pass does.
-func (r *route) unarchived() int {
-	n := 0
-	for _, seen := range r.seen {
-		if seen.pass+1 >= r.pass {
-			n++
-		}
-	}
-	return n
+func (r *route) unarchived(t *tracker) int {
+	return t.count(r.id, func(seen sighting) bool { return seen.pass+1 >= r.pass })
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/backoff"
 )
 
 // The removal protocol (docs/multisqlite.md states it for foreign writers).
@@ -190,8 +191,8 @@ func names(f *os.File, path string) (bool, error) {
 // interrupted by ctx, so it polls.
 func flockWait(ctx context.Context, f *os.File, how int, patience time.Duration) error {
 	deadline := time.Now().Add(patience)
-	pause := 50 * time.Microsecond
-	for {
+	pauses := backoff.Policy{Initial: 50 * time.Microsecond, Max: 5 * time.Millisecond, Multiplier: 2}
+	for attempt := 1; ; {
 		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		switch {
 		case err == nil:
@@ -204,13 +205,9 @@ func flockWait(ctx context.Context, f *os.File, how int, patience time.Duration)
 		if !time.Now().Before(deadline) {
 			return errBusy
 		}
-		t := time.NewTimer(min(pause, time.Until(deadline)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := backoff.Wait(ctx, min(pauses.Delay(attempt), time.Until(deadline))); err != nil {
+			return err
 		}
-		pause = min(2*pause, 5*time.Millisecond)
+		attempt++ // not on EINTR, which retries at once
 	}
 }

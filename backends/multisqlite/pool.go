@@ -16,6 +16,7 @@ import (
 
 	"github.com/stratalog/strata/backends/sqlite"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/backoff"
 )
 
 // errMissing is what an opener that may not create reports to the callers that joined it.
@@ -173,14 +174,13 @@ func openRetrying(ctx context.Context, path string, opts sqlite.Options) (*sqlit
 		busy = sqlite.DefaultBusyTimeout
 	}
 	deadline := time.Now().Add(busy)
-	pause := time.Millisecond
-	for {
+	pauses := backoff.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 2}
+	for attempt := 1; ; attempt++ {
 		st, err := sqlite.New(ctx, path, &opts)
 		if err == nil || !is.IsTransient(err) || !time.Now().Before(deadline) {
 			return st, err
 		}
-		time.Sleep(min(pause, time.Until(deadline)))
-		pause = min(2*pause, 50*time.Millisecond)
+		time.Sleep(min(pauses.Delay(attempt), time.Until(deadline)))
 	}
 }
 

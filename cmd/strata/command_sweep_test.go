@@ -157,6 +157,19 @@ func TestOnceSweep_ArchiveFailuresFailTheRunAfterItsWork(t *testing.T) {
 	}
 }
 
+// An integrity failure fails the run with words of its own, apart from the archive attempts a retry may
+// get through.
+func TestOnceSweep_IntegrityFailuresFailTheRunApart(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	failed := map[sweeper.Outcome]int{sweeper.OutcomeIntegrityFailed: 1, sweeper.OutcomeArchived: 5}
+	observeAll(t, o, tick("r", 10, true, 0, nil), tick("r", 10, true, 1, failed))
+	err := o.err()
+	if err == nil || !strings.Contains(err.Error(), "1 archive attempts met data that fails an integrity check") ||
+		strings.Contains(err.Error(), "archive attempts failed") {
+		t.Fatalf("err %v; want the integrity failure named apart from failed archives", err)
+	}
+}
+
 func TestOnceSweep_NamesEveryUnreadableKeyOnce(t *testing.T) {
 	o := newOnceSweep(defaultMaxTicks)
 	bad := sweeper.UnreadableKey{Route: "r", Where: "ns-ephemeral~compressed~1/7f7f.db", Err: "file is not a database"}

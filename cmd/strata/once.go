@@ -30,7 +30,7 @@ type onceSweep struct {
 	archived  int
 	completed map[string]int // passes each route completed
 
-	archiveFailed, unreadable, storageErrors int
+	archiveFailed, integrityFailed, unreadable, storageErrors int
 	// unreadableKeys are the distinct unreadable keys the reports listed (by route and where), the
 	// first sweeper.MaxUnreadableListed of them; moreUnreadable counts the other distinct ones.
 	unreadableKeys []sweeper.UnreadableKey
@@ -58,6 +58,7 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 	o.ticks++
 	o.archived += rep.Outcomes[sweeper.OutcomeArchived]
 	o.archiveFailed += rep.Outcomes[sweeper.OutcomeArchiveFailed]
+	o.integrityFailed += rep.Outcomes[sweeper.OutcomeIntegrityFailed]
 	o.unreadable += rep.Outcomes[sweeper.OutcomeUnreadable]
 	o.untracked += rep.Outcomes[sweeper.OutcomeUntracked]
 	if idle := rep.Disabled || rep.Unassigned || rep.StoodDown != ""; idle {
@@ -194,6 +195,10 @@ func (o *onceSweep) err() error {
 	}
 	if o.archiveFailed > 0 {
 		parts = append(parts, fmt.Sprintf("%d archive attempts failed", o.archiveFailed))
+	}
+	if o.integrityFailed > 0 {
+		parts = append(parts, fmt.Sprintf("%d archive attempts met data that fails an integrity check (a corrupt chunk, "+
+			"a reused index; the log names the agents): no retry fixes it", o.integrityFailed))
 	}
 	if o.unreadable > 0 {
 		var wheres []string

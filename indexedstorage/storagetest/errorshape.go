@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	is "github.com/stratalog/strata/indexedstorage"
@@ -83,8 +85,15 @@ func testErrorShape(t *testing.T, h Harness) {
 	const ns, key = "errorshape", "agent:7"
 	t.Run("Conflict", func(t *testing.T) {
 		f := newFixture(t, h)
-		f.append(ns, key, 7)
-		requireOpError(t, is.OpAppend, ns, key, is.ErrConflict, f.st.Append(f.ctx, ns, key, 5, nil))
+		// A last id at the top of the range, which the message must name whole (a backend that
+		// stores ids as hex or text gets it wrong first).
+		last := is.MaxID - 7
+		f.append(ns, key, last)
+		err := f.st.Append(f.ctx, ns, key, 5, nil)
+		requireOpError(t, is.OpAppend, ns, key, is.ErrConflict, err)
+		if err != nil && !strings.Contains(err.Error(), strconv.FormatUint(last, 10)) {
+			t.Errorf("conflict %q does not name the index's last id %d", err, last)
+		}
 		requireOpError(t, is.OpAppendMany, ns, key, is.ErrConflict,
 			f.st.AppendMany(f.ctx, ns, key, []is.Entry{{ID: 5}, {ID: 8}}))
 	})
@@ -139,5 +148,21 @@ func requireOpError(t *testing.T, op is.Operation, ns, key string, sentinel, err
 		t.Errorf("%s (ns %q, key %q): %v (%T) is no *indexedstorage.OpError naming backend, operation and index", op, ns, key, err, err)
 	case oe.Backend == "" || oe.Op != op || oe.Namespace != ns || oe.Key != key:
 		t.Errorf("%s (ns %q, key %q): %v names backend %q, op %q, ns %q, key %q", op, ns, key, err, oe.Backend, oe.Op, oe.Namespace, oe.Key)
+	}
+}
+
+// requireNamesIndex checks that err, if any, of an operation on one index whose own storage failed is
+// an *is.OpError naming a backend and that index, so an operator can tell which agent is broken.
+func requireNamesIndex(t testing.TB, op, ns, key string, err error) {
+	t.Helper()
+	var oe *is.OpError
+	if err == nil {
+		return
+	}
+	if !errors.As(err, &oe) {
+		t.Fatalf("%s of %q: %v (%T) is no *indexedstorage.OpError naming backend, operation and index", op, key, err, err)
+	}
+	if oe.Backend == "" || oe.Op == "" || oe.Namespace != ns || oe.Key != key {
+		t.Fatalf("%s of %q: %v names backend %q, op %q, ns %q, key %q", op, key, err, oe.Backend, oe.Op, oe.Namespace, oe.Key)
 	}
 }

@@ -182,6 +182,7 @@ func (f *fixture) requireReadErrorKind(op, key string, err error) {
 			f.t.Fatalf("%s of poisoned %q: %v, which matches %v", op, key, err, wrong)
 		}
 	}
+	requireNamesIndex(f.t, op, ns, key, err)
 }
 
 // requireWriteErrorKind is requireReadErrorKind for writes, which may also conflict.
@@ -192,4 +193,5 @@ func (f *fixture) requireWriteErrorKind(op, key string, err error) {
 			f.t.Fatalf("%s of poisoned %q: %v, which matches %v", op, key, err, wrong)
 		}
 	}
+	requireNamesIndex(f.t, op, ns, key, err)
 }

@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/stratalog/strata/internal/backoff"
 )
 
 // Direction names which way the bytes a fault applies to are flowing.
@@ -318,7 +320,8 @@ func (p *Proxy) abortAll(conns []*conn) {
 
 func (p *Proxy) serve() {
 	defer p.wg.Done()
-	var backoff time.Duration
+	pauses := backoff.Policy{Initial: 5 * time.Millisecond, Max: time.Second, Multiplier: 2}
+	failures := 0
 	for {
 		nc, err := p.ln.AcceptTCP()
 		if err != nil {
@@ -326,18 +329,15 @@ func (p *Proxy) serve() {
 				return
 			}
 			// Out of descriptors or similar: wait and retry, as net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.cfg.logger.Debug("faultproxy: accept failed", "addr", p.Addr(), "err", err, "retry_in", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-p.ctx.Done():
-				t.Stop()
+			failures++
+			pause := pauses.Delay(failures)
+			p.cfg.logger.Debug("faultproxy: accept failed", "addr", p.Addr(), "err", err, "retry_in", pause)
+			if backoff.Wait(p.ctx, pause) != nil {
 				return
 			}
 			continue
 		}
-		backoff = 0
+		failures = 0
 		p.stats.accepted.Add(1)
 		p.wg.Add(1)
 		go p.handle(nc)

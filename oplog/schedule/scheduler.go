@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/stratalog/strata/internal/backoff"
 	"github.com/stratalog/strata/internal/bounds"
 	"github.com/stratalog/strata/internal/grace"
 	"github.com/stratalog/strata/oplog"
@@ -168,11 +169,7 @@ func (c Config) withDefaults() Config {
 // RetryDelay is the wait after the failed attempt number attempts (1-based): base doubling per
 // attempt, capped at maxDelay.
 func RetryDelay(attempts int, base, maxDelay time.Duration) time.Duration {
-	d := base
-	for i := 1; i < attempts && d < maxDelay; i++ {
-		d *= 2
-	}
-	return min(d, maxDelay)
+	return backoff.Policy{Initial: base, Max: maxDelay, Multiplier: 2}.Delay(attempts)
 }
 
 // Handler runs one claimed row. A nil error acknowledges the row; an error retries it with backoff.

@@ -55,9 +55,9 @@ func harness(b bug) storagetest.Harness {
 			storeOf(st).poison(tb, ns, key)
 		},
 		Reopen: func(tb testing.TB, st is.Storage) is.Storage {
-			again := st.(*store).reopen()
+			again := storeOf(st).reopen()
 			tb.Cleanup(func() { again.Close() })
-			return again
+			return shapeErrors(again, b)
 		},
 	}
 }

@@ -486,6 +486,8 @@ func (b *bench) sweeper(stack *oplog.Stack, exec *executor, interval, tick time.
 		Residency: exec.isResident,
 		Shards:    func() (sweeper.Assignment, bool) { return sweeper.Assignment{ShardCount: 1, Shards: []int{0}}, true },
 		Logger:    b.log,
+		// The scenarios time the sweep's ticks themselves: no stagger.
+		FirstTickJitter: func() float64 { return 0 },
 	}
 	if durableRoute {
 		cfg.DurableMinIdle = durableMinIdle
@@ -592,8 +594,8 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 	case "deadline":
 		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), b.bTick(), sweeper.DefaultMaxBackoffIntervals, false)
 	case "no-deadline":
-		// No deadline (a tick runs until its budgets are spent) and no backoff (a cap of 0 reads as 1).
-		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), 24*time.Hour, 0, false)
+		// No deadline (a tick runs until its budgets are spent) and no backoff (a cap of 1 interval).
+		sw, err = b.sweeper(sweepStack, exec, b.bInterval(), 24*time.Hour, 1, false)
 	}
 	if err != nil {
 		stopBg()

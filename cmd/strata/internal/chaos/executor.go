@@ -10,6 +10,7 @@ import (
 	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/backoff"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/oplog/schedule"
 )
@@ -208,7 +209,9 @@ func retry(ctx context.Context, op func() error) error {
 		if err = op(); err == nil || ctx.Err() != nil {
 			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		if backoff.Wait(ctx, 100*time.Millisecond) != nil {
+			return err // the run ended while waiting
+		}
 	}
 	return err
 }
