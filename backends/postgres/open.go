@@ -56,11 +56,13 @@ const reservedConns = 2
 // A bad value is ErrInvalidArgument, naming the parameter.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
 	if !isURL(rawURL) {
-		_, _, _, err := splitURL(rawURL)
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, fmt.Errorf("postgres: %w", errNotURL)
 	}
 	return New(ctx, rawURL, nil)
 }
+
+// errNotURL refuses a connection string where a postgres:// URL is wanted.
+var errNotURL = fmt.Errorf("%w: Open takes a postgres:// or postgresql:// URL", is.ErrInvalidArgument)
 
 // DefaultPoolConns is the pool size New takes when the connection string sets no pool_max_conns: 16,
 // or the machine's CPUs if more, or enough for minOps operations and the reserved connections.
@@ -99,7 +101,7 @@ func queryParam(rawURL, name string) (string, bool) {
 // socket paths, which net/url cannot parse, pass through untouched.
 func splitURL(rawURL string) (connString, schema string, maxOps int, err error) {
 	if !isURL(rawURL) {
-		return "", "", 0, fmt.Errorf("%w: Open takes a postgres:// or postgresql:// URL", is.ErrInvalidArgument)
+		return "", "", 0, errNotURL
 	}
 	base, rawQuery, _ := strings.Cut(rawURL, "?")
 	query, err := url.ParseQuery(rawQuery)

@@ -107,8 +107,7 @@ func NewScheduleStore(ctx context.Context, connString string, opts *ScheduleOpti
 // with default options, on the same URL Open takes.
 func OpenSchedule(ctx context.Context, rawURL string) (*ScheduleStore, error) {
 	if !isURL(rawURL) {
-		_, _, _, err := splitURL(rawURL)
-		return nil, fmt.Errorf("postgres schedule: %w", err)
+		return nil, fmt.Errorf("postgres schedule: %w", errNotURL)
 	}
 	return NewScheduleStore(ctx, rawURL, nil)
 }
