@@ -40,13 +40,13 @@ func OpenExisting(ctx context.Context, rawURL string) (st is.Storage, err error)
 		if err != nil {
 			return nil, err
 		}
-		return sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
+		return sqlite.New(ctx, path, &sqlite.Options{ReadOnly: true})
 	case "multisqlite":
 		dir, err := filePath(u)
 		if err != nil {
 			return nil, err
 		}
-		return multisqlite.Open(ctx, dir, multisqlite.Options{ReadOnly: true})
+		return multisqlite.New(ctx, dir, &multisqlite.Options{ReadOnly: true})
 	case "postgres", "postgresql":
 		return postgres.OpenExisting(ctx, rawURL)
 	case "redis", "redis+cluster":

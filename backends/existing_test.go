@@ -26,7 +26,7 @@ func TestOpenExisting_MissingStoresFailAndNothingIsCreated(t *testing.T) {
 		t.Fatalf("OpenBlobExisting: %v, %v", bs, err)
 	}
 	// An existing file opens.
-	st, err := Open(t.Context(), "sqlite://"+dir+"/made.db")
+	st, err := Open(t.Context(), "sqlite://"+dir+"/made.db", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

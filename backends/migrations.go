@@ -137,7 +137,7 @@ func ScheduleMigrationStatus(ctx context.Context, rawURL string) (st MigrationSt
 // MigrateStorage applies what StorageMigrationStatus lists, creating the store if it is missing: it
 // opens the store, which migrates it, and closes it.
 func MigrateStorage(ctx context.Context, rawURL string) error {
-	st, err := Open(ctx, rawURL)
+	st, err := Open(ctx, rawURL, nil)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/cloudblob"
 	"github.com/stratalog/strata/backends/fsblob"
+	"github.com/stratalog/strata/backends/internal/fileurl"
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/backends/multisqlite"
 	"github.com/stratalog/strata/backends/postgres"
@@ -21,6 +22,15 @@ import (
 	"github.com/stratalog/strata/internal/redact"
 	"github.com/stratalog/strata/oplog/schedule"
 )
+
+// Options configures Open. A nil *Options is the zero Options, and a zero field means its default.
+type Options struct {
+	// MinConcurrentOps is how many operations the caller needs to run on the storage at once (a
+	// sidecar's sweep max_concurrency, whose archives share the storage's slots with the executor). A
+	// backend that bounds its own concurrency sizes its default bound for it: postgres, as
+	// postgres.Options.MinConcurrentOps says (what the URL sets explicitly stands). The others ignore it.
+	MinConcurrentOps int
+}
 
 // Schemes lists the URL schemes Open understands, for error messages and documentation.
 var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresql", "redis", "redis+cluster"}
@@ -35,8 +45,12 @@ var Schemes = []string{"memory", "sqlite", "multisqlite", "postgres", "postgresq
 //	redis+cluster://h:7000,h:7001/?prefix=…  a Redis Cluster (seed nodes comma-separated), keys under prefix
 //
 // An unknown scheme or a malformed URL is an error that says what was expected. No error echoes a
-// secret of the URL (a driver's may: it is redacted).
-func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
+// secret of the URL (a driver's may: it is redacted). A nil opts means the defaults.
+func Open(ctx context.Context, rawURL string, opts *Options) (_ is.Storage, err error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	defer func() { err = redact.Error(err) }()
 	u, err := parse("storage", rawURL)
 	if err != nil {
@@ -49,19 +63,14 @@ func Open(ctx context.Context, rawURL string) (_ is.Storage, err error) {
 		}
 		return memory.New(), nil
 	case "sqlite":
-		path, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return storage(sqlite.Open(ctx, path, sqlite.Options{}))
+		return storage(sqlite.Open(ctx, rawURL))
 	case "multisqlite":
-		dir, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return storage(multisqlite.Open(ctx, dir, multisqlite.Options{}))
+		return storage(multisqlite.Open(ctx, rawURL))
 	case "postgres", "postgresql":
-		return postgres.Open(ctx, rawURL)
+		if !strings.HasPrefix(rawURL, u.Scheme+"://") {
+			return storage(postgres.Open(ctx, rawURL)) // its error says which URLs it takes
+		}
+		return storage(postgres.New(ctx, rawURL, &postgres.Options{MinConcurrentOps: o.MinConcurrentOps}))
 	case "redis", "redis+cluster":
 		return storage(redis.Open(ctx, rawURL))
 	}
@@ -92,11 +101,7 @@ func OpenBlob(ctx context.Context, rawURL string) (archive.BlobStore, error) {
 	}
 	switch u.Scheme {
 	case "fs", "file":
-		dir, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return blobStore(fsblob.Open(dir))
+		return blobStore(fsblob.Open(ctx, rawURL))
 	case "memory":
 		if err := bare(u); err != nil {
 			return nil, err
@@ -153,11 +158,7 @@ func OpenSchedule(ctx context.Context, rawURL string) (_ schedule.Store, err err
 		}
 		return memory.NewScheduleStore(), nil
 	case "sqlite":
-		path, err := filePath(u)
-		if err != nil {
-			return nil, err
-		}
-		return scheduleStore(sqlite.OpenSchedule(ctx, path, sqlite.Options{}))
+		return scheduleStore(sqlite.OpenSchedule(ctx, rawURL))
 	case "postgres", "postgresql":
 		return scheduleStore(postgres.OpenSchedule(ctx, rawURL))
 	}
@@ -193,21 +194,9 @@ func bare(u *url.URL) error {
 	return nil
 }
 
-// filePath reads the path of a sqlite: or multisqlite: URL: sqlite:///abs/file.db or sqlite:rel/file.db.
-func filePath(u *url.URL) (string, error) {
-	usage := fmt.Sprintf("use %[1]s:///absolute/path or %[1]s:relative/path", u.Scheme)
-	switch {
-	case u.RawQuery != "":
-		return "", fmt.Errorf("storage URL %q: %s takes no parameters", redacted(u.String()), u.Scheme)
-	case u.Opaque != "":
-		return u.Opaque, nil
-	case u.Host != "" && u.Host != "localhost":
-		return "", fmt.Errorf("storage URL %q names host %q: %s", redacted(u.String()), u.Host, usage)
-	case u.Path == "" || u.Path == "/":
-		return "", errors.New("storage URL " + redacted(u.String()) + " has no path: " + usage)
-	}
-	return u.Path, nil
-}
+// filePath reads the path of a sqlite:, multisqlite:, fs: or file: URL: sqlite:///abs/file.db or
+// sqlite:rel/file.db.
+func filePath(u *url.URL) (string, error) { return fileurl.Path(u) }
 
 // redacted hides the secrets of a URL that may be echoed in an error.
 func redacted(rawURL string) string { return redact.URL(rawURL) }

@@ -31,8 +31,29 @@ func TestOpen_EachSchemeGivesAWorkingStore(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		raw := testenv.PostgresURL(t)
 		st := requireWorks(t, testenv.WithQuery(t, testenv.WithQuery(t, raw, "schema", testenv.PostgresSchema(t, raw)), "max_concurrent_ops", "3"))
-		if lim, ok := st.(*is.Limiter); !ok || lim.Stats().Limit != 3 {
-			t.Fatalf("max_concurrent_ops=3 did not put a limit of 3 in front of the store: %T", st)
+		if lim, ok := st.(is.Limited); !ok || lim.LimiterStats().Limit != 3 {
+			t.Fatalf("max_concurrent_ops=3 did not put a limit of 3 on the store: %T", st)
+		}
+	})
+	t.Run("postgres MinConcurrentOps", func(t *testing.T) {
+		raw := testenv.PostgresURL(t)
+		raw = testenv.WithQuery(t, raw, "schema", testenv.PostgresSchema(t, raw))
+		for _, c := range []struct {
+			url  string
+			want int
+		}{
+			{raw, 64},
+			{testenv.WithQuery(t, raw, "max_concurrent_ops", "3"), 3}, // what the URL sets stands
+		} {
+			st, err := backends.Open(t.Context(), c.url, &backends.Options{MinConcurrentOps: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, ok := st.(is.Limited)
+			if !ok || lim.LimiterStats().Limit != c.want {
+				t.Errorf("%s with MinConcurrentOps 64: %T, want a limit of %d", c.url, st, c.want)
+			}
+			st.Close()
 		}
 	})
 	t.Run("redis", func(t *testing.T) {
@@ -43,7 +64,7 @@ func TestOpen_EachSchemeGivesAWorkingStore(t *testing.T) {
 
 func requireWorks(t *testing.T, rawURL string) is.Storage {
 	t.Helper()
-	st, err := backends.Open(t.Context(), rawURL)
+	st, err := backends.Open(t.Context(), rawURL, nil)
 	if err != nil {
 		t.Fatalf("Open(%q): %v", rawURL, err)
 	}
@@ -70,7 +91,7 @@ func TestOpen_BadURLsAreClearErrors(t *testing.T) {
 		"postgres://u:secret@%zz/db":  "storage URL",
 		"redis://127.0.0.1:1/0?x=%zz": "",
 	} {
-		st, err := backends.Open(t.Context(), raw)
+		st, err := backends.Open(t.Context(), raw, nil)
 		if err == nil {
 			st.Close()
 			t.Fatalf("Open(%q) succeeded", raw)
@@ -85,7 +106,7 @@ func TestOpen_BadURLsAreClearErrors(t *testing.T) {
 }
 
 func TestOpen_UnknownSchemeListsTheKnownOnes(t *testing.T) {
-	_, err := backends.Open(t.Context(), "mysql://x")
+	_, err := backends.Open(t.Context(), "mysql://x", nil)
 	for _, s := range backends.Schemes {
 		if !strings.Contains(err.Error(), s) {
 			t.Fatalf("%v does not list %s", err, s)
@@ -154,10 +175,10 @@ func TestFailedOpensReturnNil(t *testing.T) {
 	if err := os.WriteFile(file, []byte("not a directory"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := backends.Open(t.Context(), "multisqlite://"+filepath.Join(file, "sub")); err == nil || st != nil {
+	if st, err := backends.Open(t.Context(), "multisqlite://"+filepath.Join(file, "sub"), nil); err == nil || st != nil {
 		t.Fatalf("Open under a file: %#v, %v", st, err)
 	}
-	if st, err := backends.Open(t.Context(), "sqlite://"+filepath.Join(file, "sub", "x.db")); err == nil || st != nil {
+	if st, err := backends.Open(t.Context(), "sqlite://"+filepath.Join(file, "sub", "x.db"), nil); err == nil || st != nil {
 		t.Fatalf("Open under a file: %#v, %v", st, err)
 	}
 	if s, err := backends.OpenSchedule(t.Context(), "sqlite://"+filepath.Join(file, "sub", "x.db")); err == nil || s != nil {

@@ -137,7 +137,7 @@ func openExisting(t *testing.T, url string) is.Storage {
 
 func openFilled(t *testing.T, url string) {
 	t.Helper()
-	st, err := backends.Open(t.Context(), url)
+	st, err := backends.Open(t.Context(), url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,11 @@ func TestOpenExisting_RedisGetsNoNewKey(t *testing.T) {
 			if marked {
 				openFilled(t, url)
 			} else {
-				fillLayers(t, redis.New(c, prefix))
+				st, err := redis.New(t.Context(), c, &redis.Options{Prefix: prefix})
+				if err != nil {
+					t.Fatal(err)
+				}
+				fillLayers(t, st)
 			}
 			before, size := testenv.RedisKeys(t, c, prefix), c.DBSize(t.Context()).Val()
 			if hasMarker := slices.Contains(before, prefix+"{strata}layout"); hasMarker != marked {
@@ -316,7 +320,7 @@ func TestOpenExisting_ReadOnlyFileSystem(t *testing.T) {
 		st.Close()
 	}
 	for _, url := range []string{file, "sqlite://" + filepath.Join(dir, "new.db"), multi + "/new"} {
-		st, err := backends.Open(t.Context(), url)
+		st, err := backends.Open(t.Context(), url, nil)
 		if err == nil {
 			st.Close()
 		}

@@ -34,6 +34,16 @@ type Limiter struct {
 	attrs    metric.MeasurementOption
 }
 
+// Limited is implemented by a Storage that bounds how many of its operations run at once: a Limiter,
+// and a backend that keeps its limit inside (postgres, max_concurrent_ops). A caller that exports the
+// limit's wait and occupancy (the sidecar) asks the storage it opened for it with one type assertion;
+// a wrapper over a Limited storage does not forward it.
+type Limited interface {
+	LimiterStats() LimiterStats
+}
+
+var _ Limited = (*Limiter)(nil)
+
 // LimiterStats is a snapshot of a Limiter's counters.
 type LimiterStats struct {
 	Limit       int           // the bound n
@@ -73,6 +83,9 @@ func Limit(st Storage, n int, opts ...LimitOption) *Limiter {
 	}
 	return l
 }
+
+// LimiterStats is Stats, for Limited.
+func (l *Limiter) LimiterStats() LimiterStats { return l.Stats() }
 
 // Stats returns the limiter's counters.
 func (l *Limiter) Stats() LimiterStats {

@@ -109,9 +109,26 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	return &Store{bucket: bucket, name: name}, nil
 }
 
+// Options configures New. A nil *Options is the zero Options, and a zero field means its default.
+type Options struct {
+	// Name names the bucket in the Store's errors (Open uses the URL, secrets hidden); "bucket" when
+	// empty.
+	Name string
+}
+
 // New returns a Store on a bucket the caller opened (for a driver's options a URL cannot express).
-// The Store owns the bucket: Close closes it.
-func New(bucket *blob.Bucket, name string) *Store { return &Store{bucket: bucket, name: name} }
+// The Store owns the bucket: Close closes it. ctx goes unused: New contacts nothing. A nil bucket is
+// ErrInvalidArgument.
+func New(_ context.Context, bucket *blob.Bucket, opts *Options) (*Store, error) {
+	if bucket == nil {
+		return nil, fmt.Errorf("cloudblob: %w: nil bucket", is.ErrInvalidArgument)
+	}
+	name := "bucket"
+	if opts != nil && opts.Name != "" {
+		name = opts.Name
+	}
+	return &Store{bucket: bucket, name: name}, nil
+}
 
 // Bucket is the gocloud bucket under the store, for tests and tools.
 func (s *Store) Bucket() *blob.Bucket { return s.bucket }

@@ -50,7 +50,10 @@ func TestGocloudFileblobCannotHoldLongSegments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := cloudblob.New(bucket, "fileblob")
+	s, err := cloudblob.New(t.Context(), bucket, &cloudblob.Options{Name: "fileblob"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
 	p := "a/" + strings.Repeat("x", archive.MaxSegmentLen)
 	if err := s.Put(t.Context(), p, []byte("long")); err == nil {
@@ -290,7 +293,10 @@ func noRetryStore(t *testing.T, endpoint string) *cloudblob.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := cloudblob.New(bucket, endpoint)
+	s, err := cloudblob.New(t.Context(), bucket, &cloudblob.Options{Name: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { s.Close() })
 	return s
 }

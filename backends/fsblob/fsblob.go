@@ -26,8 +26,13 @@ type Store struct {
 
 var _ archive.BlobStore = (*Store)(nil)
 
-// Open returns a Store rooted at dir, creating it if needed.
-func Open(dir string) (*Store, error) {
+// Options configures New. It has no fields yet: it is there so that one can come without changing
+// New's signature. A nil *Options is the zero Options.
+type Options struct{}
+
+// New returns a Store rooted at dir, creating it if needed. ctx goes unused: creating a directory
+// takes none.
+func New(_ context.Context, dir string, _ *Options) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("fsblob: empty directory")
 	}

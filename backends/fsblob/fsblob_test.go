@@ -12,7 +12,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	blobtest.Run(t, func(tb testing.TB) archive.BlobStore {
-		s, err := fsblob.Open(tb.TempDir())
+		s, err := fsblob.New(tb.Context(), tb.TempDir(), nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -22,7 +22,7 @@ func TestConformance(t *testing.T) {
 
 func TestDeleteRemovesEmptyDirectoriesButNotTheRoot(t *testing.T) {
 	root := t.TempDir()
-	s, err := fsblob.Open(root)
+	s, err := fsblob.New(t.Context(), root, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestDeleteRemovesEmptyDirectoriesButNotTheRoot(t *testing.T) {
 
 func TestTemporaryFilesAreNeverListed(t *testing.T) {
 	root := t.TempDir()
-	s, err := fsblob.Open(root)
+	s, err := fsblob.New(t.Context(), root, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,9 @@ type namespace struct {
 	indexes map[string][]is.Entry // ascending ids, never empty
 }
 
-// New returns an empty Store.
+// New returns an empty Store. Unlike the other backends' New it takes no context, options or error:
+// it does no I/O, has nothing to configure and cannot fail (gocloud's memblob.OpenBucket is the same),
+// and tests build it inline by the dozen. NewBlobStore and NewScheduleStore follow it.
 func New() *Store { return &Store{namespaces: make(map[string]*namespace)} }
 
 var _ is.Storage = (*Store)(nil)

@@ -71,7 +71,7 @@ const (
 	DefaultListingTTL = 10 * time.Second
 )
 
-// Options configures Open. The zero value is ready to use.
+// Options configures New. A nil *Options is the zero Options, and a zero field means its default.
 type Options struct {
 	// MaxOpenFiles is how many files stay open at once. A file in use is never closed, so while more
 	// than MaxOpenFiles operations run on distinct files the count exceeds it, and falls back as they
@@ -83,7 +83,7 @@ type Options struct {
 	ListingTTL time.Duration
 	// BusyTimeout is each file's SQLite busy timeout; 0 means sqlite.DefaultBusyTimeout.
 	BusyTimeout time.Duration
-	// MustExist makes Open fail with an error matching fs.ErrNotExist, creating nothing, when the
+	// MustExist makes New fail with an error matching fs.ErrNotExist, creating nothing, when the
 	// directory does not exist. (Reads never create a file; writes still do.)
 	MustExist bool
 	// ReadOnly opens the store for a reader that must change nothing (strata scan, strata inspect):
@@ -139,8 +139,14 @@ type Stats struct {
 	FilesRemoved int64 // emptied files removed since Open
 }
 
-// Open opens the store rooted at dir, creating the directory if needed.
-func Open(_ context.Context, dir string, opts Options) (*Store, error) {
+// New opens the store rooted at dir, creating the directory if needed. A nil opts is the zero Options.
+// It reads nothing from the files, so ctx goes unused: each file is opened (and migrated) under the
+// context of the first operation that needs it.
+func New(_ context.Context, dir string, options *Options) (*Store, error) {
+	var opts Options
+	if options != nil {
+		opts = *options
+	}
 	if dir == "" {
 		return nil, fmt.Errorf("multisqlite: open: %w: empty directory", is.ErrInvalidArgument)
 	}

@@ -62,7 +62,7 @@ func closeFile(tb testing.TB, p *pool, path string) {
 
 func open(tb testing.TB, dir string, opts Options) *Store {
 	tb.Helper()
-	st, err := Open(context.Background(), dir, opts)
+	st, err := New(context.Background(), dir, &opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -212,7 +212,7 @@ func TestHelperProcess_Writer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := Open(context.Background(), os.Getenv(envDir), Options{})
+	st, err := New(context.Background(), os.Getenv(envDir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // a store opened for writing removes it), and returns the keys that hold entries and the emptied one.
 func fillForReading(t *testing.T, dir string) (live []string, emptied string) {
 	t.Helper()
-	st, err := Open(t.Context(), dir, Options{})
+	st, err := New(t.Context(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestReadOnly_LeavesTheDirectoryAsItWas(t *testing.T) {
 		t.Fatalf("after a read-only store: %v\nwant %v", after, before)
 	}
 	// A missing directory is fs.ErrNotExist, and is not made.
-	if _, err := Open(t.Context(), filepath.Join(dir, "none"), Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := New(t.Context(), filepath.Join(dir, "none"), &Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("read-only open of a missing directory: %v", err)
 	}
 	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {

@@ -15,7 +15,7 @@ import (
 // schema or table, and the Store it returns refuses writes with ErrInvalidArgument. When the URL's
 // schema or its index_storage table does not exist it fails with an error matching fs.ErrNotExist that
 // names them.
-func OpenExisting(ctx context.Context, rawURL string) (is.Storage, error) {
+func OpenExisting(ctx context.Context, rawURL string) (*Store, error) {
 	connString, schema, maxOps, err := splitURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -50,7 +50,7 @@ func OpenExisting(ctx context.Context, rawURL string) (is.Storage, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: schema %q has no %s table (nothing was created): %w", schema, tableName, fs.ErrNotExist)
 	}
-	s := &Store{pool: pool, schema: schema, table: pgx.Identifier{schema, tableName}.Sanitize(), readOnly: true}
-	s.prepareSQL()
-	return is.Limit(s, maxOps), nil
+	e := &engine{pool: pool, schema: schema, table: pgx.Identifier{schema, tableName}.Sanitize(), readOnly: true}
+	e.prepareSQL()
+	return limited(e, maxOps), nil
 }

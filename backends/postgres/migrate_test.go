@@ -140,7 +140,7 @@ func TestNew_RefusesAHandMadeTableOfAnotherShape(t *testing.T) {
 				t.Fatal("the test's edit of the documented DDL changed nothing: the docs' spelling moved")
 			}
 			execAll(t, ddl)
-			st, err := postgres.New(t.Context(), postgres.Config{ConnString: url, Schema: schema, ConfigurePool: emptySearchPath})
+			st, err := postgres.New(t.Context(), url, &postgres.Options{Schema: schema, ConfigurePool: emptySearchPath})
 			if err == nil {
 				st.Close()
 				t.Fatalf("New on a hand-made table with %s: accepted", c.name)

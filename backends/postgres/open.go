@@ -43,71 +43,50 @@ func newPool(ctx context.Context, poolConfig *pgxpool.Config) (*pgxpool.Pool, er
 // connection.
 const reservedConns = 2
 
-// Open opens the store a postgres:// (or postgresql://) URL names and returns it under
-// indexedstorage.Limit. The URL is any libpq URL, plus two parameters of this package:
+// Open opens the store a postgres:// (or postgresql://) URL names: New with default Options. The URL
+// is any libpq URL, plus two parameters of this package:
 //
-//   - schema: the schema holding the table (default "public"; see Config.Schema);
+//   - schema: the schema holding the table (default "public"; see Options.Schema);
 //   - max_concurrent_ops: how many operations run at once, an integer ≥ 1 (default: the pool's
 //     maximum connections, pool_max_conns, less 2, at least 1). pool_max_conns itself defaults to
 //     DefaultPoolConns(0) here, at least 16, where pgx would take max(4, NumCPU): so the default
-//     max_concurrent_ops (14 and up) is above the sweep's default max_concurrency (4); a sidecar whose
-//     max_concurrency is higher raises both through EnsureConcurrency.
+//     max_concurrent_ops (14 and up) is above the sweep's default max_concurrency (4); a caller that
+//     needs more says so with New's Options.MinConcurrentOps (backends.Options.MinConcurrentOps).
 //
 // A bad value is ErrInvalidArgument, naming the parameter.
-func Open(ctx context.Context, rawURL string) (is.Storage, error) {
-	connString, schema, maxOps, err := splitURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	if !isURL(rawURL) {
+		return nil, fmt.Errorf("postgres: %w", errNotURL)
 	}
-	poolConfig, err := pgxpool.ParseConfig(connString)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w: %v", is.ErrInvalidArgument, err)
-	}
-	if _, set := queryParam(rawURL, "pool_max_conns"); !set {
-		poolConfig.MaxConns = int32(DefaultPoolConns(0))
-	}
-	if maxOps == 0 {
-		maxOps = max(int(poolConfig.MaxConns)-reservedConns, 1)
-	}
-	store, err := newStore(ctx, poolConfig, schema)
-	if err != nil {
-		return nil, err
-	}
-	return is.Limit(store, maxOps), nil
+	return New(ctx, rawURL, nil)
 }
 
-// DefaultPoolConns is the pool size Open takes when the URL sets no pool_max_conns: 16, or the machine's
-// CPUs if more, or enough for minOps operations and the reserved connections.
+// errNotURL refuses a connection string where a postgres:// URL is wanted.
+var errNotURL = fmt.Errorf("%w: Open takes a postgres:// or postgresql:// URL", is.ErrInvalidArgument)
+
+// DefaultPoolConns is the pool size New takes when the connection string sets no pool_max_conns: 16,
+// or the machine's CPUs if more, or enough for minOps operations and the reserved connections.
 func DefaultPoolConns(minOps int) int {
 	return max(16, runtime.NumCPU(), minOps+reservedConns)
 }
 
-// EnsureConcurrency returns rawURL so that its default max_concurrent_ops is at least minOps (the
-// sweep's max_concurrency, whose archives would otherwise queue on their own store's slots): with no
-// pool_max_conns and no max_concurrent_ops it sets pool_max_conns to DefaultPoolConns(minOps); with a
-// pool_max_conns too small for minOps it sets max_concurrent_ops to minOps. What the URL sets
-// explicitly it leaves alone, as it does any URL that is not postgres:// or postgresql://.
-func EnsureConcurrency(rawURL string, minOps int) (string, error) {
-	if _, set := queryParam(rawURL, ParamMaxConcurrentOps); set ||
-		!strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
-		return rawURL, nil
+// isURL tells a postgres:// URL from a keyword/value connection string.
+func isURL(connString string) bool {
+	return strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://")
+}
+
+// poolMaxConnsSet tells whether a connection string, URL or keyword/value, sets pool_max_conns.
+func poolMaxConnsSet(connString string) bool {
+	if isURL(connString) {
+		_, set := queryParam(connString, "pool_max_conns")
+		return set
 	}
-	sep := "?"
-	if strings.Contains(rawURL, "?") {
-		sep = "&"
+	for _, field := range strings.Fields(connString) {
+		if name, _, _ := strings.Cut(field, "="); name == "pool_max_conns" {
+			return true
+		}
 	}
-	pool, set := queryParam(rawURL, "pool_max_conns")
-	if !set {
-		return rawURL + sep + "pool_max_conns=" + strconv.Itoa(DefaultPoolConns(minOps)), nil
-	}
-	conns, err := strconv.Atoi(pool)
-	if err != nil {
-		return "", fmt.Errorf("postgres: %w: URL parameter pool_max_conns: %v", is.ErrInvalidArgument, err)
-	}
-	if conns-reservedConns < minOps {
-		return rawURL + sep + ParamMaxConcurrentOps + "=" + strconv.Itoa(minOps), nil
-	}
-	return rawURL, nil
+	return false
 }
 
 // queryParam returns the URL query's value of the parameter and whether the query names it.
@@ -121,8 +100,8 @@ func queryParam(rawURL, name string) (string, bool) {
 // schema, and max_concurrent_ops (0 when absent). Only the query is rewritten, so host lists and
 // socket paths, which net/url cannot parse, pass through untouched.
 func splitURL(rawURL string) (connString, schema string, maxOps int, err error) {
-	if !strings.HasPrefix(rawURL, "postgres://") && !strings.HasPrefix(rawURL, "postgresql://") {
-		return "", "", 0, fmt.Errorf("%w: Open takes a postgres:// or postgresql:// URL", is.ErrInvalidArgument)
+	if !isURL(rawURL) {
+		return "", "", 0, errNotURL
 	}
 	base, rawQuery, _ := strings.Cut(rawURL, "?")
 	query, err := url.ParseQuery(rawQuery)

@@ -24,18 +24,14 @@ func withParams(url string, params ...string) string {
 	return url + sep + strings.Join(params, "&")
 }
 
-func openLimiter(t *testing.T, url string) *is.Limiter {
+func openLimiter(t *testing.T, url string) *postgres.Store {
 	t.Helper()
 	st, err := postgres.Open(t.Context(), url)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
-	lim, ok := st.(*is.Limiter)
-	if !ok {
-		t.Fatalf("Open returned %T, want the store under an *indexedstorage.Limiter", st)
-	}
-	return lim
+	return st
 }
 
 // Open takes schema and max_concurrent_ops out of the URL and hands every other parameter to pgx: were
@@ -44,12 +40,11 @@ func TestOpen_ReadsItsParametersAndPassesTheRestToPgx(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	schema := testenv.PostgresSchema(t, url)
 	lim := openLimiter(t, withParams(url, "schema="+schema, "max_concurrent_ops=3", "search_path=", "application_name=strata-open-test"))
-	if got := lim.Stats().Limit; got != 3 {
+	if got := lim.LimiterStats().Limit; got != 3 {
 		t.Fatalf("limit %d, want max_concurrent_ops=3", got)
 	}
-	store, ok := unwrap(lim)
-	if !ok || store.Schema() != schema {
-		t.Fatalf("store under the limiter: %v in schema %q, want schema %q", ok, store.Schema(), schema)
+	if lim.Schema() != schema {
+		t.Fatalf("store in schema %q, want schema %q", lim.Schema(), schema)
 	}
 	ctx := t.Context()
 	if err := lim.Append(ctx, testNS, "k", 1, []byte("v")); err != nil {
@@ -59,7 +54,7 @@ func TestOpen_ReadsItsParametersAndPassesTheRestToPgx(t *testing.T) {
 		t.Fatalf("Exists: %v, %v", ok, err)
 	}
 	var app, searchPath string
-	if err := store.Pool().QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('search_path')").Scan(&app, &searchPath); err != nil {
+	if err := lim.Pool().QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('search_path')").Scan(&app, &searchPath); err != nil {
 		t.Fatal(err)
 	}
 	if app != "strata-open-test" || (searchPath != "" && searchPath != `""`) {
@@ -80,7 +75,7 @@ func TestOpen_DefaultConcurrencyIsPoolSizeLessTwo(t *testing.T) {
 		{nil, postgres.DefaultPoolConns(0) - 2},
 	} {
 		lim := openLimiter(t, withParams(url, append(c.params, "schema="+schema)...))
-		if got := lim.Stats().Limit; got != c.want {
+		if got := lim.LimiterStats().Limit; got != c.want {
 			t.Errorf("Open with %v: limit %d, want %d", c.params, got, c.want)
 		}
 	}
@@ -106,20 +101,17 @@ func TestOpen_DefaultConcurrencyIsAtLeastTheSweeps(t *testing.T) {
 		{[]string{"pool_max_conns=40"}, 8, 38, 38},
 		{[]string{"max_concurrent_ops=3"}, 64, 3, 3}, // what the URL sets explicitly stands
 	} {
-		ensured, err := postgres.EnsureConcurrency(withParams(url, append(c.params, "schema="+schema)...), c.minOps)
+		st, err := postgres.New(t.Context(), withParams(url, append(c.params, "schema="+schema)...), &postgres.Options{MinConcurrentOps: c.minOps})
 		if err != nil {
 			t.Fatal(err)
 		}
-		lim := openLimiter(t, ensured)
-		if got := lim.Stats().Limit; got < c.atLeast || (c.exactly > 0 && got != c.exactly) {
+		t.Cleanup(func() { st.Close() })
+		if got := st.LimiterStats().Limit; got < c.atLeast || (c.exactly > 0 && got != c.exactly) {
 			t.Errorf("%v, max_concurrency %d: limit %d, want at least %d (exactly %d)", c.params, c.minOps, got, c.atLeast, c.exactly)
 		}
 	}
-	if _, err := postgres.EnsureConcurrency(url+"&pool_max_conns=many", 4); !errors.Is(err, is.ErrInvalidArgument) {
+	if _, err := postgres.New(t.Context(), url+"&pool_max_conns=many", &postgres.Options{MinConcurrentOps: 4}); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("pool_max_conns=many: %v, want ErrInvalidArgument", err)
-	}
-	if got, _ := postgres.EnsureConcurrency("sqlite:///x.db", 64); got != "sqlite:///x.db" {
-		t.Fatalf("a sqlite URL was rewritten: %q", got)
 	}
 }
 
@@ -158,7 +150,7 @@ func TestOpen_RejectsBadParametersNamingThem(t *testing.T) {
 		}
 	}
 	for _, schema := range []string{"has space", "x.y", `q"uote`} {
-		_, err := postgres.New(t.Context(), postgres.Config{ConnString: base, Schema: schema})
+		_, err := postgres.New(t.Context(), base, &postgres.Options{Schema: schema})
 		if !errors.Is(err, is.ErrInvalidArgument) || !strings.Contains(err.Error(), "schema") {
 			t.Errorf("New with schema %q: %v; want ErrInvalidArgument naming the schema", schema, err)
 		}

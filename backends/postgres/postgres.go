@@ -25,7 +25,7 @@ import (
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
-// DefaultSchema is the schema a Config without one uses.
+// DefaultSchema is the schema used when neither Options nor the URL names one.
 const DefaultSchema = "public"
 
 // tableName is the table the migration creates in the schema.
@@ -40,23 +40,24 @@ const dropBatch = 5000
 // pages of maxPage keys, which the contract allows.
 const maxPage = 1 << 20
 
-// Config configures New.
-type Config struct {
-	// ConnString is a libpq URL or keyword/value string, as pgxpool.ParseConfig reads it (pool_max_conns
-	// and the other pool_* parameters included). Unknown parameters are sent to the server as run-time
-	// parameters: Open strips its own before they get here.
-	ConnString string
-	// Schema holds the table; DefaultSchema ("public") when empty. It is used exactly as written
-	// (quoted), must be 1–63 bytes of letters, digits, '_' and '$' not starting with a digit, and is
-	// created if it does not exist.
-	Schema string
-	// ConfigurePool, when set, adjusts the pool configuration parsed from ConnString before the pool
-	// opens: run-time parameters, MaxConns, a tracer.
-	ConfigurePool func(*pgxpool.Config)
+// Store is the Postgres backend: the engine under its own concurrency limit, max_concurrent_ops, on
+// which every caller sharing the Store queues (first come, first served), so that no one of them (the
+// invocation path, the archive layers, the sweep) takes the whole pool. LimiterStats reports the
+// limit's counters (indexedstorage.Limited). It is safe for concurrent use.
+type Store struct {
+	engine  *engine
+	limiter *is.Limiter // is.Limit(engine, max_concurrent_ops): every operation but Close goes through it
 }
 
-// Store is the Postgres backend. It is safe for concurrent use.
-type Store struct {
+var (
+	_ is.Storage           = (*Store)(nil)
+	_ is.ClosestLastReader = (*Store)(nil)
+	_ is.DeepScanner       = (*Store)(nil)
+	_ is.Limited           = (*Store)(nil)
+)
+
+// engine is the store itself, unlimited: the SQL of every operation.
+type engine struct {
 	pool   *pgxpool.Pool
 	schema string
 	table  string
@@ -71,29 +72,9 @@ type Store struct {
 	sqlScan          [2]string
 }
 
-var _ is.Storage = (*Store)(nil)
+var _ is.Storage = (*engine)(nil)
 
-// New opens a pool on cfg.ConnString and brings the schema up to date. The pool connects lazily, but
-// the migration does not: an unreachable server is an error here, ErrTransient.
-func New(ctx context.Context, cfg Config) (*Store, error) {
-	schema := cfg.Schema
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := validateSchema(schema); err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	poolConfig, err := pgxpool.ParseConfig(cfg.ConnString)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w: %v", is.ErrInvalidArgument, err)
-	}
-	if cfg.ConfigurePool != nil {
-		cfg.ConfigurePool(poolConfig)
-	}
-	return newStore(ctx, poolConfig, schema)
-}
-
-func newStore(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*Store, error) {
+func newEngine(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*engine, error) {
 	pool, err := newPool(ctx, poolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open pool: %w", classify(err))
@@ -102,12 +83,12 @@ func newStore(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*
 		pool.Close()
 		return nil, fmt.Errorf("postgres: migrate schema %q: %w", schema, classify(err))
 	}
-	s := &Store{pool: pool, schema: schema, table: pgx.Identifier{schema, tableName}.Sanitize()}
+	s := &engine{pool: pool, schema: schema, table: pgx.Identifier{schema, tableName}.Sanitize()}
 	s.prepareSQL()
 	return s, nil
 }
 
-func (s *Store) prepareSQL() {
+func (s *engine) prepareSQL() {
 	t := s.table
 	s.sqlExists = `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`
 	s.sqlLength = `SELECT count(*) FROM ` + t + ` WHERE namespace = $1 AND key = $2`
@@ -236,23 +217,14 @@ func scanSQL(table string, bounded bool) string {
 	return q + fmt.Sprintf(` GROUP BY key ORDER BY key LIMIT $3 OFFSET $%d`, next)
 }
 
-// Pool returns the store's connection pool, for code that needs the engine itself (benchmarks).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// Table returns the quoted, schema-qualified name of the table.
-func (s *Store) Table() string { return s.table }
-
-// Schema returns the schema the store works in.
-func (s *Store) Schema() string { return s.schema }
-
 // Capabilities: ScanStable hands back each key once, in ascending byte order.
-func (s *Store) Capabilities() is.Capabilities {
+func (s *engine) Capabilities() is.Capabilities {
 	return is.Capabilities{OrderedScan: true, UniqueScan: true}
 }
 
 // Close closes the pool, waiting for operations under way to release their connections. Later calls
 // return ErrClosed; Close itself is idempotent.
-func (s *Store) Close() error {
+func (s *engine) Close() error {
 	if !s.closed.Swap(true) {
 		s.pool.Close()
 	}
@@ -264,7 +236,7 @@ const backendName = "postgres"
 
 // start checks what every operation checks before touching the database: its arguments, then Close.
 // Its error has been through fail.
-func (s *Store) start(op is.Operation, ns, key string, invalid error) error {
+func (s *engine) start(op is.Operation, ns, key string, invalid error) error {
 	if invalid != nil {
 		return s.fail(op, ns, key, invalid)
 	}
@@ -275,7 +247,7 @@ func (s *Store) start(op is.Operation, ns, key string, invalid error) error {
 }
 
 // startWrite is start for a write, which a Store from OpenExisting refuses.
-func (s *Store) startWrite(op is.Operation, ns, key string, invalid error) error {
+func (s *engine) startWrite(op is.Operation, ns, key string, invalid error) error {
 	if err := s.start(op, ns, key, invalid); err != nil {
 		return err
 	}
@@ -288,7 +260,7 @@ func (s *Store) startWrite(op is.Operation, ns, key string, invalid error) error
 // fail is the one place an operation's error takes its shape: classified, and named by the operation
 // (as metrics name it) and the index (a scan passes an empty key), in an is.OpError. A store closed
 // under a running operation fails with ErrClosed, whatever the pool made of it. A nil err returns nil.
-func (s *Store) fail(op is.Operation, ns, key string, err error) error {
+func (s *engine) fail(op is.Operation, ns, key string, err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -303,7 +275,7 @@ func (s *Store) fail(op is.Operation, ns, key string, err error) error {
 	return is.NewOpError(backendName, op, ns, key, err)
 }
 
-func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
+func (s *engine) Exists(ctx context.Context, ns, key string) (bool, error) {
 	if err := s.start(is.OpExists, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return false, err
 	}
@@ -314,11 +286,11 @@ func (s *Store) Exists(ctx context.Context, ns, key string) (bool, error) {
 	return exists, nil
 }
 
-func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
+func (s *engine) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
 	return s.appendEntries(ctx, is.OpAppend, ns, key, []is.Entry{{ID: id, Value: value}})
 }
 
-func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
+func (s *engine) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
 	return s.appendEntries(ctx, is.OpAppendMany, ns, key, entries)
 }
 
@@ -327,7 +299,7 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 // COMMITTED, where a guard alone (INSERT … WHERE NOT EXISTS) lets two appends of 5 and 4 both see 3 as
 // the last id and both succeed. Each statement after the lock takes a fresh snapshot, so the guard
 // sees every append that held the lock before.
-func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
+func (s *engine) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
 	invalid := is.ValidateIndex(ns, key)
 	if invalid == nil {
 		invalid = is.ValidateBatch(entries)
@@ -375,11 +347,11 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 // Append that committed while it ran, though a reader saw that entry before the delete returned.
 // Advisory locks are database-wide, so the schema is part of the name; a hash collision only serializes
 // two unrelated indexes.
-func (s *Store) queueLock(b *pgx.Batch, ns, key string) {
+func (s *engine) queueLock(b *pgx.Batch, ns, key string) {
 	b.Queue(`SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, s.schema+"."+ns+":"+key)
 }
 
-func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
+func (s *engine) Length(ctx context.Context, ns, key string) (uint64, error) {
 	if err := s.start(is.OpLength, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return 0, err
 	}
@@ -390,7 +362,7 @@ func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
 	return uint64(n), nil
 }
 
-func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is.Entry, error) {
+func (s *engine) Read(ctx context.Context, ns, key string, from, to uint64) ([]is.Entry, error) {
 	if err := s.start(is.OpRead, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return nil, err
 	}
@@ -406,16 +378,16 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) ([]is
 	return entries, nil
 }
 
-func (s *Store) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+func (s *engine) First(ctx context.Context, ns, key string) (is.Entry, bool, error) {
 	return s.entry(ctx, is.OpFirst, ns, key, s.sqlFirstFrom, int64(1))
 }
 
-func (s *Store) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
+func (s *engine) Last(ctx context.Context, ns, key string) (is.Entry, bool, error) {
 	return s.entry(ctx, is.OpLast, ns, key, s.sqlLast)
 }
 
 // LastID is max(id) over the primary key: an index-only read that never touches the value.
-func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
+func (s *engine) LastID(ctx context.Context, ns, key string) (uint64, bool, error) {
 	if err := s.start(is.OpLastID, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return 0, false, err
 	}
@@ -429,7 +401,7 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (uint64, bool, error
 	return uint64(*id), true, nil
 }
 
-func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
+func (s *engine) Closest(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, error) {
 	if id > is.MaxID {
 		// No entry can be at or above it; still validate and honour Close.
 		return is.Entry{}, false, s.start(is.OpClosest, ns, key, is.ValidateIndex(ns, key))
@@ -438,7 +410,7 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entr
 }
 
 // ClosestLast is one statement (is.ClosestLastReader).
-func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
+func (s *engine) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
 	if id > is.MaxID {
 		last, exists, err := s.LastID(ctx, ns, key) // no entry can be at or above id
 		return is.Entry{}, false, last, exists, s.fail(is.OpClosestLast, ns, key, err)
@@ -465,7 +437,7 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 }
 
 // entry runs a query for at most one entry of the index.
-func (s *Store) entry(ctx context.Context, op is.Operation, ns, key, sql string, extra ...any) (is.Entry, bool, error) {
+func (s *engine) entry(ctx context.Context, op is.Operation, ns, key, sql string, extra ...any) (is.Entry, bool, error) {
 	if err := s.start(op, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return is.Entry{}, false, err
 	}
@@ -493,7 +465,7 @@ func scanEntry(row pgx.CollectableRow) (is.Entry, error) {
 // DropPrefix deletes in batches of dropBatch inside one transaction, under the index's lock: the drop is
 // atomic, and an Append waits for it, so none is lost or left behind. The lock and the first batch ride
 // in the same round trip as BEGIN.
-func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
+func (s *engine) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
 	if err := s.startWrite(is.OpDropPrefix, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return 0, err
 	}
@@ -542,7 +514,7 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (ui
 
 // dropAll runs the one-statement drop; done is false when more than dropBatch entries qualify, and then
 // nothing was dropped.
-func (s *Store) dropAll(ctx context.Context, ns, key string, bound int64) (dropped uint64, done bool, err error) {
+func (s *engine) dropAll(ctx context.Context, ns, key string, bound int64) (dropped uint64, done bool, err error) {
 	var b pgx.Batch
 	s.queueLock(&b, ns, key)
 	b.Queue(s.sqlDropAll, ns, key, bound, dropBatch)
@@ -561,7 +533,7 @@ func (s *Store) dropAll(ctx context.Context, ns, key string, bound int64) (dropp
 	return uint64(n), selected <= dropBatch, nil
 }
 
-func (s *Store) Delete(ctx context.Context, ns, key string) error {
+func (s *engine) Delete(ctx context.Context, ns, key string) error {
 	if err := s.startWrite(is.OpDelete, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return err
 	}
@@ -584,7 +556,7 @@ func (s *Store) Delete(ctx context.Context, ns, key string) error {
 }
 
 // Scan pages by position (OFFSET): cursor is how many matching keys earlier calls walked past.
-func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
+func (s *engine) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
 	invalid := is.ValidateScan(ns, prefix, count)
 	if invalid == nil && cursor > is.MaxID {
 		invalid = fmt.Errorf("%w: cursor %d was not returned by Scan", is.ErrInvalidArgument, cursor)
@@ -604,18 +576,18 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 }
 
 // ScanStable seeks past the last key of the previous page: keyset paging, never OFFSET.
-func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+func (s *engine) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	return s.scanStable(ctx, &s.sqlPage, ns, r, from, count)
 }
 
 // ScanDeep is ScanStable with a loose index scan for a page (walkSQL): a page of deep keys costs its
 // keys, not their entries (is.DeepScanner).
-func (s *Store) ScanDeep(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+func (s *engine) ScanDeep(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	return s.scanStable(ctx, &s.sqlWalk, ns, r, from, count)
 }
 
 // scanStable pages with queries[strict][bounded].
-func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+func (s *engine) scanStable(ctx context.Context, queries *[2][2]string, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	invalid := is.ValidateScanRange(ns, r, count)
 	marker, start, err := from.Marker()
 	if invalid == nil {
@@ -647,7 +619,7 @@ func (s *Store) scanStable(ctx context.Context, queries *[2][2]string, ns string
 // lower on and below end (no bound when end is ""), each with its last id, skipping offset keys unless
 // offset is negative, and says whether more follow. It asks for one key more than it returns, so that
 // the last page says it is done without a trailing empty call.
-func (s *Store) keys(ctx context.Context, query, ns, lower, end string, count int, offset int64) ([]string, []uint64, bool, error) {
+func (s *engine) keys(ctx context.Context, query, ns, lower, end string, count int, offset int64) ([]string, []uint64, bool, error) {
 	fetch := min(count, maxPage)
 	args := []any{ns, lower, int64(fetch) + 1}
 	if end != "" {

@@ -42,9 +42,8 @@ func vacuum(ctx context.Context, st is.Storage) error {
 // with an empty search_path, so a query that does not name the schema fails.
 func newStore(tb testing.TB, schema string, configure ...func(*pgxpool.Config)) *postgres.Store {
 	tb.Helper()
-	st, err := postgres.New(tb.Context(), postgres.Config{
-		ConnString: testenv.PostgresURL(tb),
-		Schema:     schema,
+	st, err := postgres.New(tb.Context(), testenv.PostgresURL(tb), &postgres.Options{
+		Schema: schema,
 		ConfigurePool: func(c *pgxpool.Config) {
 			emptySearchPath(c)
 			for _, fn := range configure {

@@ -58,38 +58,58 @@ type ScheduleStore struct {
 
 var _ schedule.Store = (*ScheduleStore)(nil)
 
-// NewScheduleStore opens a pool on cfg.ConnString, as New does, and brings the schedule table up to
-// date. Close closes the pool.
-func NewScheduleStore(ctx context.Context, cfg Config) (*ScheduleStore, error) {
-	schema := cmp.Or(cfg.Schema, DefaultSchema)
-	if err := validateSchema(schema); err != nil {
-		return nil, fmt.Errorf("postgres schedule: %w", err)
-	}
-	poolConfig, err := pgxpool.ParseConfig(cfg.ConnString)
-	if err != nil {
-		return nil, fmt.Errorf("postgres schedule: %w: %v", is.ErrInvalidArgument, err)
-	}
-	if cfg.ConfigurePool != nil {
-		cfg.ConfigurePool(poolConfig)
-	}
-	return openScheduleStore(ctx, poolConfig, schema)
+// ScheduleOptions configures NewScheduleStore. A nil *ScheduleOptions is the zero ScheduleOptions, and
+// a zero field means its default.
+type ScheduleOptions struct {
+	// Schema holds the table, as Options.Schema does for the Store; DefaultSchema when empty. A URL's
+	// schema parameter wins over it.
+	Schema string
+	// ConfigurePool, when set, adjusts the pool configuration parsed from the connection string before
+	// the pool opens.
+	ConfigurePool func(*pgxpool.Config)
 }
 
-// OpenSchedule opens the schedule store a postgres:// (or postgresql://) URL names: the same URL Open
-// takes, schema parameter included. max_concurrent_ops is checked like Open checks it, so one URL can
-// configure both stores, and otherwise ignored: the scheduler that uses this store already bounds its
-// own work (one claim per tick, its handlers under their own limit), and pool_max_conns bounds the
-// connections.
-func OpenSchedule(ctx context.Context, rawURL string) (*ScheduleStore, error) {
-	connString, schema, _, err := splitURL(rawURL)
-	if err != nil {
+// NewScheduleStore opens a pool on connString, as New does, and brings the schedule table up to date.
+// Close closes the pool. A postgres:// URL may carry this package's parameters, as New's does:
+// schema wins over opts, and max_concurrent_ops is checked like New checks it, so one URL can configure
+// both stores, and otherwise ignored: the scheduler that uses this store already bounds its own work
+// (one claim per tick, its handlers under their own limit), and pool_max_conns bounds the connections.
+func NewScheduleStore(ctx context.Context, connString string, opts *ScheduleOptions) (*ScheduleStore, error) {
+	var o ScheduleOptions
+	if opts != nil {
+		o = *opts
+	}
+	if isURL(connString) {
+		stripped, schema, _, err := splitURL(connString)
+		if err != nil {
+			return nil, fmt.Errorf("postgres schedule: %w", err)
+		}
+		if _, given := queryParam(connString, ParamSchema); given {
+			o.Schema = schema
+		}
+		connString = stripped
+	}
+	schema := cmp.Or(o.Schema, DefaultSchema)
+	if err := validateSchema(schema); err != nil {
 		return nil, fmt.Errorf("postgres schedule: %w", err)
 	}
 	poolConfig, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("postgres schedule: %w: %v", is.ErrInvalidArgument, err)
 	}
+	if o.ConfigurePool != nil {
+		o.ConfigurePool(poolConfig)
+	}
 	return openScheduleStore(ctx, poolConfig, schema)
+}
+
+// OpenSchedule opens the schedule store a postgres:// (or postgresql://) URL names: NewScheduleStore
+// with default options, on the same URL Open takes.
+func OpenSchedule(ctx context.Context, rawURL string) (*ScheduleStore, error) {
+	if !isURL(rawURL) {
+		return nil, fmt.Errorf("postgres schedule: %w", errNotURL)
+	}
+	return NewScheduleStore(ctx, rawURL, nil)
 }
 
 // NewScheduleStoreOnPool brings the schedule table in schema (DefaultSchema when empty) up to date and

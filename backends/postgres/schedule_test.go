@@ -37,8 +37,7 @@ func TestScheduleStoreConformance(t *testing.T) {
 // schema fails.
 func newScheduleStore(tb testing.TB, schema string) *postgres.ScheduleStore {
 	tb.Helper()
-	st, err := postgres.NewScheduleStore(tb.Context(), postgres.Config{
-		ConnString:    testenv.PostgresURL(tb),
+	st, err := postgres.NewScheduleStore(tb.Context(), testenv.PostgresURL(tb), &postgres.ScheduleOptions{
 		Schema:        schema,
 		ConfigurePool: emptySearchPath,
 	})
@@ -133,7 +132,7 @@ func TestScheduleMigration_ConcurrentWithIndexStorageOnAMissingSchema(t *testing
 	for range each {
 		wg.Go(func() {
 			<-start
-			st, err := postgres.NewScheduleStore(t.Context(), postgres.Config{ConnString: url, Schema: schema, ConfigurePool: emptySearchPath})
+			st, err := postgres.NewScheduleStore(t.Context(), url, &postgres.ScheduleOptions{Schema: schema, ConfigurePool: emptySearchPath})
 			if err == nil {
 				st.Close()
 			}
@@ -141,7 +140,7 @@ func TestScheduleMigration_ConcurrentWithIndexStorageOnAMissingSchema(t *testing
 		})
 		wg.Go(func() {
 			<-start
-			st, err := postgres.New(t.Context(), postgres.Config{ConnString: url, Schema: schema, ConfigurePool: emptySearchPath})
+			st, err := postgres.New(t.Context(), url, &postgres.Options{Schema: schema, ConfigurePool: emptySearchPath})
 			if err == nil {
 				st.Close()
 			}

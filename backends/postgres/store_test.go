@@ -99,7 +99,7 @@ func TestNew_ConcurrentCallsOnAMissingSchemaMigrateOnce(t *testing.T) {
 	for i := range starters {
 		wg.Go(func() {
 			<-start
-			stores[i], errs[i] = postgres.New(t.Context(), postgres.Config{ConnString: url, Schema: schema, ConfigurePool: emptySearchPath})
+			stores[i], errs[i] = postgres.New(t.Context(), url, &postgres.Options{Schema: schema, ConfigurePool: emptySearchPath})
 		})
 	}
 	close(start)

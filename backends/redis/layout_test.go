@@ -60,7 +60,7 @@ func TestOpen_PreviousLayoutIsRefused(t *testing.T) {
 		if err := c.Set(ctx, prefix+"other:thing", "v", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		longer := redis.New(c, prefix+"sub:")
+		longer := storeOn(t, c, prefix+"sub:")
 		if err := longer.Append(ctx, ns, "k", 1, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestOpen_PreviousLayoutIsRefused(t *testing.T) {
 			t.Fatalf("marker %q %v, want \"2\"", v, err)
 		}
 		// Marked, the check is one GET.
-		counted := redis.New(c, prefix)
+		counted := storeOn(t, c, prefix)
 		cnt := &counter{}
 		c.AddHook(cnt)
 		if err := counted.CheckLayout(ctx); err != nil {

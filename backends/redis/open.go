@@ -76,7 +76,11 @@ func open(ctx context.Context, rawURL string, readOnly bool) (*Store, error) {
 		return nil, err
 	}
 	client := cfg.client()
-	s := New(client, cfg.prefix).WithWait(cfg.wait)
+	s, err := New(ctx, client, &Options{Prefix: cfg.prefix, Wait: cfg.wait})
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 	s.owned = true
 	s.readOnly = readOnly
 	if err := s.check(ctx, cfg.cluster != nil); err != nil {

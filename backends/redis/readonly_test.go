@@ -22,7 +22,7 @@ func TestOpenExisting_ReadsTheLayoutNeverWritesIt(t *testing.T) {
 		url := testenv.WithQuery(t, raw, redis.PrefixParam, prefix)
 		key := is.BucketPrefix(5) + "c:a"
 		// Written without Open, as a foreign writer following docs/redis.md does: no marker.
-		if err := redis.New(c, prefix).Append(ctx, ns, key, 1, []byte("v")); err != nil {
+		if err := storeOn(t, c, prefix).Append(ctx, ns, key, 1, []byte("v")); err != nil {
 			t.Fatal(err)
 		}
 		before := testenv.RedisKeys(t, c, prefix)

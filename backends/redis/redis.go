@@ -53,6 +53,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -89,28 +90,38 @@ var (
 	_ is.Capable = (*Store)(nil)
 )
 
-// New returns a Store over client whose Redis keys all start with prefix, which must hold no '{' or
-// '}'. client may be a *goredis.Client (one node, or a failover client in front of one master) or a
-// *goredis.ClusterClient. The Store does not own the client: Close marks the Store closed and leaves
-// the client open for its owner. New checks nothing on the server: call CheckLayout (Open does) to
-// refuse a prefix of the previous layout.
+// Options configures New. A nil *Options is the zero Options, and a zero field means its default.
+type Options struct {
+	// Prefix starts every Redis key of the Store (none when empty); it must hold no '{' or '}', which
+	// would change the keys' hash slots.
+	Prefix string
+	// Wait makes each write wait for replicas; the zero WaitOptions waits for none.
+	Wait WaitOptions
+}
+
+// New returns a Store over client. client may be a *goredis.Client (one node, or a failover client
+// in front of one master) or a *goredis.ClusterClient. The Store does not own the client: Close marks
+// the Store closed and leaves the client open for its owner. New checks nothing on the server (ctx is
+// for the signature's sake): call CheckLayout (Open does) to refuse a prefix of the previous layout.
+// A prefix with '{' or '}' is ErrInvalidArgument.
 //
 // For ctx deadlines to bound each call, the client needs ContextTimeoutEnabled (Open sets it).
-func New(client goredis.UniversalClient, prefix string) *Store {
-	s := &Store{client: client, prefix: prefix}
+func New(_ context.Context, client goredis.UniversalClient, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return nil, fmt.Errorf("%w: Redis key prefix %q holds '{' or '}'", is.ErrInvalidArgument, o.Prefix)
+	}
+	s := &Store{client: client, prefix: o.Prefix, wait: o.Wait}
 	switch client.(type) {
 	case *goredis.ClusterClient:
 		s.cluster, s.noScan = true, true
 	case *goredis.Ring:
 		s.noScan = true
 	}
-	return s
-}
-
-// WithWait sets how each write waits for replicas and returns s. Call it before the Store is used.
-func (s *Store) WithWait(w WaitOptions) *Store {
-	s.wait = w
-	return s
+	return s, nil
 }
 
 // Capabilities: ScanStable hands back each key once, in ascending byte order.

@@ -213,7 +213,7 @@ func TestCloseClosesOnlyAnOwnedClient(t *testing.T) {
 	}
 	client := goredis.NewClient(opts)
 	defer client.Close()
-	st := redis.New(client, prefix)
+	st := storeOn(t, client, prefix)
 	st.Close()
 	if err := client.Ping(ctx).Err(); err != nil {
 		t.Fatalf("New's client after Store.Close: %v", err)
@@ -239,7 +239,7 @@ func TestStoresWithDifferentPrefixesAreIsolated(t *testing.T) {
 	prefixes := []string{"p*:", "p[1]:", "p1:", "px:", "p?:", `p\:`}
 	stores := map[string]*redis.Store{}
 	for i, p := range prefixes {
-		st := redis.New(client, base+p)
+		st := storeOn(t, client, base+p)
 		stores[p] = st
 		// Every store writes "shared" (with its own id) and a key of its own.
 		if err := st.Append(ctx, ns, "shared", uint64(i+1), []byte(p)); err != nil {
@@ -322,7 +322,7 @@ func scanAll(t *testing.T, st *redis.Store, count int) []string {
 func TestScanOnClusterClientAndRing(t *testing.T) {
 	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{backendtest.ClosedAddr(t)}, MaxRetries: -1})
 	defer client.Close()
-	st := redis.New(client, "p:")
+	st := storeOn(t, client, "p:")
 	ctx := context.Background()
 	if _, _, err := st.Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrTransient) {
 		t.Fatalf("Scan on a cluster client against a closed port: %v, want ErrTransient", err)
@@ -332,7 +332,7 @@ func TestScanOnClusterClientAndRing(t *testing.T) {
 	}
 	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": backendtest.ClosedAddr(t)}})
 	defer ring.Close()
-	if _, _, err := redis.New(ring, "p:").Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrInvalidArgument) {
+	if _, _, err := storeOn(t, ring, "p:").Scan(ctx, ns, "", 0, 10); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("Scan on a ring: %v, want ErrInvalidArgument", err)
 	}
 }

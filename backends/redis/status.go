@@ -47,7 +47,10 @@ func ReadLayout(ctx context.Context, rawURL string) (LayoutState, error) {
 	}
 	client := cfg.client()
 	defer client.Close()
-	s := New(client, cfg.prefix)
+	s, err := New(ctx, client, &Options{Prefix: cfg.prefix})
+	if err != nil {
+		return LayoutState{}, err
+	}
 	var st LayoutState
 	marker := s.prefix + layoutKey
 	switch got, err := client.Get(ctx, marker).Result(); {

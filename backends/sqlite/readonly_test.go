@@ -79,7 +79,7 @@ func readEverything(t *testing.T, st is.Storage) {
 
 func openReadOnly(t *testing.T, path string) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), path, sqlite.Options{ReadOnly: true})
+	st, err := sqlite.New(t.Context(), path, &sqlite.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func openReadOnly(t *testing.T, path string) *sqlite.Store {
 func TestReadOnly_AClosedDatabaseIsReadAndLeftAsItWas(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "strata.db")
-	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	st, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestReadOnly_AClosedDatabaseIsReadAndLeftAsItWas(t *testing.T) {
 func TestReadOnly_BesideALiveWriterReadsItsCommitsAndCreatesNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "strata.db")
-	w, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	w, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func withoutSHMBytes(files map[string]string) map[string]string {
 func TestReadOnly_AWriterArrivingMidReadFailsTheNextRead(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "strata.db")
-	w, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	w, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestReadOnly_AWriterArrivingMidReadFailsTheNextRead(t *testing.T) {
 	if last, _, err := ro.LastID(t.Context(), ns, key); err != nil || last != 4 {
 		t.Fatalf("LastID: %d, %v", last, err)
 	}
-	w, err = sqlite.Open(t.Context(), path, sqlite.Options{})
+	w, err = sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +227,11 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 		db.Close()
 	}
 	before := sqlitetest.Files(t, dir)
-	_, err := sqlite.Open(t.Context(), foreign, sqlite.Options{ReadOnly: true})
+	_, err := sqlite.New(t.Context(), foreign, &sqlite.Options{ReadOnly: true})
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "no index_storage table") {
 		t.Fatalf("read-only open of a foreign database: %v, want fs.ErrNotExist naming index_storage", err)
 	}
-	_, err = sqlite.Open(t.Context(), newer, sqlite.Options{ReadOnly: true})
+	_, err = sqlite.New(t.Context(), newer, &sqlite.Options{ReadOnly: true})
 	if err == nil || !strings.Contains(err.Error(), "newer than this build reads") {
 		t.Fatalf("read-only open of a newer schema: %v", err)
 	}
@@ -244,7 +244,7 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 		}
 	}
 	// A missing file is fs.ErrNotExist, and is not created.
-	if _, err := sqlite.Open(t.Context(), filepath.Join(dir, "none.db"), sqlite.Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := sqlite.New(t.Context(), filepath.Join(dir, "none.db"), &sqlite.Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("read-only open of a missing file: %v", err)
 	}
 	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
@@ -259,7 +259,7 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
 	dir, seal := sqlitetest.ReadOnlyMount(t)
 	closed := filepath.Join(dir, "closed.db")
-	st, err := sqlite.Open(t.Context(), closed, sqlite.Options{})
+	st, err := sqlite.New(t.Context(), closed, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
 	// A database whose -wal holds commits and whose -shm is gone: a copy of a live writer's files
 	// without its -shm.
 	live := filepath.Join(t.TempDir(), "live.db")
-	w, err := sqlite.Open(t.Context(), live, sqlite.Options{})
+	w, err := sqlite.New(t.Context(), live, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,17 +292,17 @@ func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
 	ro.Close()
 
 	for _, path := range []string{closed, filepath.Join(dir, "new.db")} {
-		_, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+		_, err := sqlite.New(t.Context(), path, nil)
 		if !errors.Is(err, syscall.EROFS) || !strings.Contains(err.Error(), "read-only file system") ||
 			strings.Contains(err.Error(), "no such file") || errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("open %s for writing on a read-only file system: %v, want EROFS and no \"no such file\"", filepath.Base(path), err)
 		}
 	}
-	_, err = sqlite.Open(t.Context(), crashed, sqlite.Options{ReadOnly: true})
+	_, err = sqlite.New(t.Context(), crashed, &sqlite.Options{ReadOnly: true})
 	if !errors.Is(err, syscall.EROFS) || !strings.Contains(err.Error(), "-shm") || strings.Contains(err.Error(), "no such file") {
 		t.Errorf("read-only open of a -wal without its -shm on a read-only file system: %v, want EROFS naming the -shm", err)
 	}
-	if _, err := sqlite.OpenSchedule(t.Context(), filepath.Join(dir, "schedule.db"), sqlite.Options{}); !errors.Is(err, syscall.EROFS) ||
+	if _, err := sqlite.NewScheduleStore(t.Context(), filepath.Join(dir, "schedule.db"), nil); !errors.Is(err, syscall.EROFS) ||
 		strings.Contains(err.Error(), "no such file") {
 		t.Errorf("OpenSchedule of a new file on a read-only file system: %v, want EROFS and no \"no such file\"", err)
 	}

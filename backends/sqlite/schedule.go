@@ -137,9 +137,14 @@ func migrateScheduleBuckets(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// OpenSchedule opens (creating it if needed) the scheduled_actions table in the SQLite file at path.
-// The file may be the one a Store uses.
-func OpenSchedule(ctx context.Context, path string, opts Options) (*ScheduleStore, error) {
+// NewScheduleStore opens (creating it if needed) the scheduled_actions table in the SQLite file at
+// path. The file may be the one a Store uses. opts (nil is the zero Options) is read as New reads it,
+// but ReadOnly is refused: the schedule store has no read-only mode.
+func NewScheduleStore(ctx context.Context, path string, options *Options) (*ScheduleStore, error) {
+	var opts Options
+	if options != nil {
+		opts = *options
+	}
 	if path == "" {
 		return nil, fmt.Errorf("sqlite schedule: open: %w: empty path", is.ErrInvalidArgument)
 	}

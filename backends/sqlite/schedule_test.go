@@ -16,7 +16,7 @@ import (
 
 func openSchedule(tb testing.TB, path string) *sqlite.ScheduleStore {
 	tb.Helper()
-	s, err := sqlite.OpenSchedule(tb.Context(), path, sqlite.Options{})
+	s, err := sqlite.NewScheduleStore(tb.Context(), path, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestScheduleClaim_TwoStoresOnOneFileNeverTakeTheSameRow(t *testing.T) {
 // the other.
 func TestSchedule_SharesAFileWithTheIndexStorage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "strata.db")
-	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	st, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestSchedule_SharesAFileWithTheIndexStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	openSchedule(t, path) // migrating again is harmless
-	st2, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	st2, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestSchedule_SharesAFileWithTheIndexStorage(t *testing.T) {
 func TestSchedule_GarbledActionIsAnErrorNotAPanic(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "garbled.db")
 	s := openSchedule(t, path)
-	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	st, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestSchedule_GarbledActionIsAnErrorNotAPanic(t *testing.T) {
 // actions, one lease per agent, one pending row per action (the one that runs latest).
 func TestSchedule_MigrationFromVersion1BackfillsBucketsAndOneLeasePerAgent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v1.db")
-	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	st, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

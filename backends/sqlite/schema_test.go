@@ -158,7 +158,7 @@ func TestMigration_RefusesAnOldFileWithRowsTheSchemaForbids(t *testing.T) {
 		`INSERT INTO index_storage (namespace, key, id, value) VALUES ('ns', 'zero', 0, x'00')`,
 	)
 	before := dumpRows(t, path)
-	_, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	_, err := sqlite.New(t.Context(), path, nil)
 	if !errors.Is(err, sqlite.ErrRowsBreakSchema) || is.IsTransient(err) {
 		t.Fatalf("Open of an old file with forbidden rows: %v, want ErrRowsBreakSchema", err)
 	}

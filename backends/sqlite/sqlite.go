@@ -35,7 +35,8 @@ const (
 	DefaultReaders = sqlitefile.DefaultReaders
 )
 
-// Options configures Open. The zero value is ready to use.
+// Options configures New (and NewScheduleStore). A nil *Options is the zero Options, and a zero field
+// means its default.
 type Options struct {
 	// BusyTimeout is how long a statement waits for a lock held by another connection (of this
 	// process or another) before failing with an error matching ErrTransient. 0 means
@@ -43,7 +44,7 @@ type Options struct {
 	BusyTimeout time.Duration
 	// Readers is the number of connections reads may use at once. 0 means DefaultReaders.
 	Readers int
-	// MustExist makes Open fail with an error matching fs.ErrNotExist, creating nothing, when the file
+	// MustExist makes New fail with an error matching fs.ErrNotExist, creating nothing, when the file
 	// does not exist.
 	MustExist bool
 	// ReadOnly opens an existing file for reading only, for a command that must change nothing
@@ -70,15 +71,19 @@ var _ is.Storage = (*Store)(nil)
 // SchemaVersion is the user_version this build writes and reads.
 const SchemaVersion = sqlitefile.SchemaVersion
 
-// ErrRowsBreakSchema is returned by Open for a file that holds rows of a type or value the current
+// ErrRowsBreakSchema is returned by New for a file that holds rows of a type or value the current
 // schema refuses (written by a foreign writer under an older schema), which the migration will not
 // drop and cannot carry over. The file is left as it was; the error names one such row and how many
 // there are, and docs/storage-format.md says how to find and repair them.
 var ErrRowsBreakSchema = sqlitefile.ErrRowsBreakSchema
 
-// Open opens (creating it unless opts.MustExist) the SQLite file at path and brings its schema to the
-// current version.
-func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+// New opens (creating it unless opts.MustExist) the SQLite file at path and brings its schema to the
+// current version. A nil opts is the zero Options.
+func New(ctx context.Context, path string, options *Options) (*Store, error) {
+	var opts Options
+	if options != nil {
+		opts = *options
+	}
 	if path == "" {
 		return nil, fmt.Errorf("sqlite: open: %w: empty path", is.ErrInvalidArgument)
 	}

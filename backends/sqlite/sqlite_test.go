@@ -26,7 +26,7 @@ func BenchmarkWalkDepth(b *testing.B) { storagetest.BenchWalkDepth(b, harness(),
 
 func openFile(t *testing.T, path string, opts sqlite.Options) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), path, opts)
+	st, err := sqlite.New(t.Context(), path, &opts)
 	if err != nil {
 		t.Fatalf("Open(%q): %v", path, err)
 	}
@@ -41,7 +41,7 @@ func TestOpen_NewerSchemaIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	if st, err := sqlite.Open(t.Context(), path, sqlite.Options{}); err == nil {
+	if st, err := sqlite.New(t.Context(), path, nil); err == nil {
 		st.Close()
 		t.Fatal("Open accepted a file whose schema is newer than this build")
 	}
@@ -50,7 +50,7 @@ func TestOpen_NewerSchemaIsRefused(t *testing.T) {
 func TestOpen_MustExistCreatesNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "absent.db")
-	if _, err := sqlite.Open(t.Context(), path, sqlite.Options{MustExist: true}); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := sqlite.New(t.Context(), path, &sqlite.Options{MustExist: true}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Open of a missing file with MustExist: %v, want fs.ErrNotExist", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {

@@ -86,12 +86,12 @@ func TestSchemaState_ReadsEachStoresVersionAndChangesNothing(t *testing.T) {
 	requireSameDir(t, dir, before)
 
 	// Opening the stores applies what the status listed; it then lists nothing.
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	ss, err := sqlite.OpenSchedule(t.Context(), path, sqlite.Options{})
+	ss, err := sqlite.NewScheduleStore(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestSchemaState_ReadsEachStoresVersionAndChangesNothing(t *testing.T) {
 // While a process has the file open (its write-ahead log beside it), the status reads through the log.
 func TestSchemaState_ReadsAFileAnotherProcessHasOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "open.db")
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,12 +56,12 @@ url = "fs://%[2]s/blobs"
 // open opens the deployment's stores from the test process; close them before the binary runs.
 func (m multiSQLite) open(t *testing.T) (*oplog.Stack, *multisqlite.Store) {
 	t.Helper()
-	st, err := multisqlite.Open(t.Context(), m.index, multisqlite.Options{})
+	st, err := multisqlite.New(t.Context(), m.index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	blobs, err := fsblob.Open(filepath.Join(m.dir, "blobs"))
+	blobs, err := fsblob.New(t.Context(), filepath.Join(m.dir, "blobs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

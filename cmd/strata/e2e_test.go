@@ -66,12 +66,12 @@ interval = "1h"  # ticks come from POST /v1/sweep in these tests
 // stack opens the deployment's stores from the test process, beside the running binary.
 func (d deployment) stack(t *testing.T) *oplog.Stack {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(d.dir, "strata.db"), sqlite.Options{})
+	st, err := sqlite.New(t.Context(), filepath.Join(d.dir, "strata.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	blobs, err := fsblob.Open(filepath.Join(d.dir, "blobs"))
+	blobs, err := fsblob.New(t.Context(), filepath.Join(d.dir, "blobs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

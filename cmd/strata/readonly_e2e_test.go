@@ -65,7 +65,7 @@ func roConfig(t *testing.T, dir, storage string) string {
 // roFill stores three agents of four entries each in compressed level 1 (ephemeral), through st.
 func roFill(t *testing.T, st is.Storage, blobDir string) []oplog.AgentID {
 	t.Helper()
-	blobs, err := fsblob.Open(blobDir)
+	blobs, err := fsblob.New(t.Context(), blobDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestBinary_ReadOnlyCommandsLeaveASQLiteFileAsItWas(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "strata.db")
-			st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+			st, err := sqlite.New(t.Context(), path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +196,11 @@ func TestBinary_ReadOnlyCommandsWriteNoRedisKey(t *testing.T) {
 	defer c.Close()
 	dir := t.TempDir()
 	config := roConfig(t, dir, testenv.WithQuery(t, raw, redis.PrefixParam, prefix))
-	agents := roFill(t, redis.New(c, prefix), filepath.Join(dir, "blobs"))
+	st, err := redis.New(t.Context(), c, &redis.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := roFill(t, st, filepath.Join(dir, "blobs"))
 	keys := func() []string { return testenv.RedisKeys(t, c, prefix) }
 	before, size := keys(), c.DBSize(t.Context()).Val()
 	roCommands(t, config, agents)
@@ -213,7 +217,7 @@ func TestBinary_ReadOnlyCommandsWriteNoRedisKey(t *testing.T) {
 func TestBinary_ReadOnlyFileSystem(t *testing.T) {
 	dir, seal := sqlitetest.ReadOnlyMount(t)
 	path := filepath.Join(dir, "strata.db")
-	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	st, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

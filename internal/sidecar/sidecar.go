@@ -21,7 +21,6 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends"
-	"github.com/stratalog/strata/backends/postgres"
 	"github.com/stratalog/strata/config"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/redact"
@@ -45,6 +44,10 @@ type Sidecar struct {
 	feed      *feed
 	metrics   http.Handler
 	provider  *sdkmetric.MeterProvider
+
+	// limits reports the storage's own concurrency limit (postgres's max_concurrent_ops), nil when the
+	// backend has none.
+	limits is.Limited
 
 	// residencyTurn holds a token while a PUT /v1/residency is read: one at a time, the others waiting
 	// their turn in arrival order (putResidency).
@@ -85,17 +88,14 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 
 	// The sweep's archives share the store's concurrency slots with the executor: a default below
 	// max_concurrency would queue the sweep on its own slots.
-	storageURL, err := postgres.EnsureConcurrency(cfg.Storage.URL, cfg.Sweep.MaxConcurrency)
-	if err != nil {
-		return nil, fmt.Errorf("storage.url: %w", redact.Error(err))
-	}
-	st, err := backends.Open(ctx, storageURL)
+	st, err := backends.Open(ctx, cfg.Storage.URL, &backends.Options{MinConcurrentOps: cfg.Sweep.MaxConcurrency})
 	if err != nil {
 		return nil, fmt.Errorf("storage.url: %w", redact.Error(err))
 	}
 	s.storage = st
-	if lim, ok := st.(*is.Limiter); ok {
-		if err := observeLimiter(s.provider, lim); err != nil {
+	if limited, ok := st.(is.Limited); ok {
+		s.limits = limited
+		if err := observeLimiter(s.provider, limited); err != nil {
 			return nil, err
 		}
 	}
@@ -208,7 +208,7 @@ func owner() string {
 }
 
 // observeLimiter exports the storage limiter's wait and occupancy.
-func observeLimiter(mp metric.MeterProvider, lim *is.Limiter) error {
+func observeLimiter(mp metric.MeterProvider, lim is.Limited) error {
 	meter := mp.Meter("github.com/stratalog/strata/sidecar")
 	wait, err := meter.Float64ObservableCounter("strata_storage_limiter_wait", metric.WithUnit("s"),
 		metric.WithDescription("Time operations spent queued for a storage concurrency slot (max_concurrent_ops)."))
@@ -221,7 +221,7 @@ func observeLimiter(mp metric.MeterProvider, lim *is.Limiter) error {
 		return err
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		st := lim.Stats()
+		st := lim.LimiterStats()
 		o.ObserveFloat64(wait, st.WaitTotal.Seconds())
 		o.ObserveInt64(inFlight, st.InFlight)
 		return nil
@@ -231,14 +231,12 @@ func observeLimiter(mp metric.MeterProvider, lim *is.Limiter) error {
 
 func (s *Sidecar) storageStatus() map[string]any {
 	out := map[string]any{}
-	if w, ok := s.storage.(is.Wrapper); ok {
-		if lim, ok := w.Unwrap().(*is.Limiter); ok {
-			st := lim.Stats()
-			out["max_concurrent_ops"] = st.Limit
-			out["in_flight"] = st.InFlight
-			out["waiting"] = st.Waiting
-			out["wait_seconds_total"] = st.WaitTotal.Seconds()
-		}
+	if s.limits != nil {
+		st := s.limits.LimiterStats()
+		out["max_concurrent_ops"] = st.Limit
+		out["in_flight"] = st.InFlight
+		out["waiting"] = st.Waiting
+		out["wait_seconds_total"] = st.WaitTotal.Seconds()
 	}
 	return out
 }

@@ -106,7 +106,7 @@ func Memory() Backend {
 
 func SQLite() Backend {
 	open := func(tb testing.TB, path string) is.Storage {
-		st, err := sqlite.Open(tb.Context(), path, sqlite.Options{})
+		st, err := sqlite.New(tb.Context(), path, nil)
 		if err != nil {
 			tb.Fatalf("sqlite: %v", err)
 		}
@@ -129,7 +129,7 @@ func MultiSQLite() Backend { return MultiSQLiteWith(multisqlite.Options{}) }
 // through the package's internals, so its own test sets them.
 func MultiSQLiteWith(opts multisqlite.Options) Backend {
 	open := func(tb testing.TB, dir string) is.Storage {
-		st, err := multisqlite.Open(tb.Context(), dir, opts)
+		st, err := multisqlite.New(tb.Context(), dir, &opts)
 		if err != nil {
 			tb.Fatalf("multisqlite: %v", err)
 		}
@@ -165,9 +165,8 @@ func MultiSQLiteWith(opts multisqlite.Options) Backend {
 
 func Postgres() Backend {
 	open := func(tb testing.TB, connString, schema string) (*postgres.Store, error) {
-		st, err := postgres.New(tb.Context(), postgres.Config{
-			ConnString: connString,
-			Schema:     schema,
+		st, err := postgres.New(tb.Context(), connString, &postgres.Options{
+			Schema: schema,
 			// An empty search_path: a query that forgets its schema fails instead of finding a table.
 			ConfigurePool: func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = "" },
 		})
@@ -215,7 +214,11 @@ func Redis() Backend {
 	b := redisBackend("redis", testenv.RedisURL, testenv.RedisPrefix)
 	b.Unreachable = func(tb testing.TB) (is.Storage, error) {
 		client := goredis.NewClient(&goredis.Options{Addr: ClosedAddr(tb), MaxRetries: -1, DialerRetries: 1})
-		return closing(tb, redis.New(client, "p:")), nil
+		st, err := redis.New(tb.Context(), client, &redis.Options{Prefix: "p:"})
+		if err != nil {
+			return nil, err
+		}
+		return closing(tb, st), nil
 	}
 	return b
 }
@@ -226,7 +229,11 @@ func RedisCluster() Backend {
 	b := redisBackend("redis-cluster", testenv.RedisClusterURL, testenv.RedisClusterPrefix)
 	b.Unreachable = func(tb testing.TB) (is.Storage, error) {
 		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{ClosedAddr(tb)}, MaxRetries: -1, DialerRetries: 1})
-		return closing(tb, redis.New(client, "p:")), nil
+		st, err := redis.New(tb.Context(), client, &redis.Options{Prefix: "p:"})
+		if err != nil {
+			return nil, err
+		}
+		return closing(tb, st), nil
 	}
 	return b
 }

@@ -69,7 +69,7 @@ func TestBlackHole_TheDeadlineAndTheGraceBoundAStoreThatNeverAnswers(t *testing.
 
 func run(t *testing.T, bin string, st is.Storage, storageURL string, scheduleURL func(proxied string) string) {
 	proxy, proxied := proxyFor(t, storageURL)
-	blobs, err := fsblob.Open(filepath.Join(t.TempDir(), "blobs"))
+	blobs, err := fsblob.New(t.Context(), filepath.Join(t.TempDir(), "blobs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
 
 func crashBlobs(t *testing.T) *fsblob.Store {
 	t.Helper()
-	blobs, err := fsblob.Open(filepath.Join(t.TempDir(), "blobs"))
+	blobs, err := fsblob.New(t.Context(), filepath.Join(t.TempDir(), "blobs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@
 package docs_test
 
 import (
+	"context"
 	"encoding/binary"
 	"flag"
 	"fmt"
@@ -41,7 +42,11 @@ func readDoc(t *testing.T, name string) string {
 // docStore is a Redis Store with the documented prefix, for the Redis keys it would use. It never
 // talks to a server: computing a key needs none.
 func docStore() *redis.Store {
-	return redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), "strata:")
+	st, err := redis.New(context.Background(), goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), &redis.Options{Prefix: "strata:"})
+	if err != nil {
+		panic(err) // a constant, valid prefix
+	}
+	return st
 }
 
 // The agent, namespace and odd key of docs/redis.md's examples.

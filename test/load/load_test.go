@@ -67,7 +67,7 @@ func TestLoad_TwoSidecarsDrainStrandedAgentsOnce(t *testing.T) {
 func runLoad(t *testing.T, backend string, st is.Storage, storageURL string, n int) {
 	ctx := t.Context()
 	blobDir := filepath.Join(t.TempDir(), "blobs")
-	blobs, err := fsblob.Open(blobDir)
+	blobs, err := fsblob.New(ctx, blobDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func BenchmarkDrain(b *testing.B) {
 	const n = 100_000
 	for _, be := range backendtest.All() {
 		b.Run(be.Name, func(b *testing.B) {
-			blobs, err := fsblob.Open(b.TempDir())
+			blobs, err := fsblob.New(b.Context(), b.TempDir(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func BenchmarkDrain(b *testing.B) {
 func BenchmarkDrainPeakHeap(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
-			blobs, err := fsblob.Open(b.TempDir())
+			blobs, err := fsblob.New(b.Context(), b.TempDir(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -43,7 +43,7 @@ func longestName(t *testing.T, component string) string {
 // file name are archived through a file system and read back whole.
 func TestOplog_LongestKeysAreArchivedToTheFileSystem(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		blobs, err := fsblob.Open(t.TempDir())
+		blobs, err := fsblob.New(t.Context(), t.TempDir(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -172,7 +172,7 @@ var awkwardNames = []string{"a/b/c", "x:y:z", "100%", "%2F", "..", "../../etc/pa
 
 func TestOplog_AgentNamesSurviveEveryLayer(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
-		blobs, err := fsblob.Open(t.TempDir())
+		blobs, err := fsblob.New(t.Context(), t.TempDir(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -93,7 +93,7 @@ func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
 	}{
 		{"memblobs", func(*testing.B) archive.BlobStore { return memory.NewBlobStore() }},
 		{"fsblobs", func(b *testing.B) archive.BlobStore {
-			fs, err := fsblob.Open(b.TempDir())
+			fs, err := fsblob.New(b.Context(), b.TempDir(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

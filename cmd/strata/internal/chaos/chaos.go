@@ -286,7 +286,7 @@ func tempBlobs() (*fsblob.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	blobs, err := fsblob.Open(dir)
+	blobs, err := fsblob.New(context.Background(), dir, nil)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
@@ -560,7 +560,7 @@ func (b *bench) scenarioB(ctx context.Context, mode string) (RunB, error) {
 		return RunB{}, err
 	}
 	defer drop()
-	pg, err := postgres.New(ctx, postgres.Config{ConnString: stripParam(viaProxy, "schema"), Schema: paramOf(viaProxy, "schema")})
+	pg, err := postgres.New(ctx, stripParam(viaProxy, "schema"), &postgres.Options{Schema: paramOf(viaProxy, "schema")})
 	if err != nil {
 		return RunB{}, err
 	}
