@@ -18,7 +18,6 @@ import (
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends"
 	"github.com/stratalog/strata/backends/redis"
-	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
@@ -153,16 +152,16 @@ func TestOpenExisting_SQLiteFileIsLeftAsItWas(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "strata.db")
 	openFilled(t, "sqlite://"+path)
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 	st := openExisting(t, "sqlite://"+path)
 	walkAndRead(t, st)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after OpenExisting: %v, want %v", after, before)
 	}
-	if mode := sqlitetest.JournalMode(t, path); mode != "wal" {
+	if mode := testenv.JournalMode(t, path); mode != "wal" {
 		t.Fatalf("journal mode %s, want wal", mode)
 	}
 	refusesWrites(t, "sqlite://"+path)
@@ -184,15 +183,15 @@ func TestOpenExisting_ForeignSQLiteDatabaseIsLeftAsItWas(t *testing.T) {
 		}
 	}
 	db.Close()
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 	st, err := backends.OpenExisting(t.Context(), "sqlite://"+path)
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "index_storage") || st != nil {
 		t.Fatalf("OpenExisting of a foreign database: %v, %v; want fs.ErrNotExist naming index_storage", st, err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after OpenExisting: %v, want %v", after, before)
 	}
-	if mode := sqlitetest.JournalMode(t, path); mode != "rollback" {
+	if mode := testenv.JournalMode(t, path); mode != "rollback" {
 		t.Fatalf("journal mode %s, want rollback (DELETE)", mode)
 	}
 }
@@ -202,13 +201,13 @@ func TestOpenExisting_ForeignSQLiteDatabaseIsLeftAsItWas(t *testing.T) {
 func TestOpenExisting_MultisqliteDirectoryIsLeftAsItWas(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "multi")
 	openFilled(t, "multisqlite://"+dir)
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 	st := openExisting(t, "multisqlite://"+dir)
 	walkAndRead(t, st)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after OpenExisting: %v\nwant %v", after, before)
 	}
 	refusesWrites(t, "multisqlite://"+dir)
@@ -308,12 +307,12 @@ func TestOpenExisting_PostgresIsLeftAsItWas(t *testing.T) {
 // closed, and Open, which would write, fails saying the file system is read-only rather than "no such
 // file or directory".
 func TestOpenExisting_ReadOnlyFileSystem(t *testing.T) {
-	dir, seal := sqlitetest.ReadOnlyMount(t)
+	dir, seal := testenv.ReadOnlyMount(t)
 	file, multi := "sqlite://"+filepath.Join(dir, "strata.db"), "multisqlite://"+filepath.Join(dir, "multi")
 	openFilled(t, file)
 	openFilled(t, multi)
 	seal()
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 	for _, url := range []string{file, multi} {
 		st := openExisting(t, url)
 		walkAndRead(t, st)
@@ -328,7 +327,7 @@ func TestOpenExisting_ReadOnlyFileSystem(t *testing.T) {
 			t.Errorf("Open(%s) on a read-only file system: %v, want EROFS and no \"no such file\"", url, err)
 		}
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("the read-only file system changed: %v", after)
 	}
 }

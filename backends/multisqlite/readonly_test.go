@@ -8,7 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
+	"github.com/stratalog/strata/internal/testenv"
+
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
@@ -37,7 +38,7 @@ func fillForReading(t *testing.T, dir string) (live []string, emptied string) {
 func TestReadOnly_LeavesTheDirectoryAsItWas(t *testing.T) {
 	dir := t.TempDir()
 	live, emptied := fillForReading(t, dir)
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 
 	st := open(t, dir, Options{ReadOnly: true})
 	if got := walk(t, st, "", 4, nil); !slices.Equal(sorted(got), sorted(append(slices.Clone(live), emptied))) {
@@ -64,21 +65,21 @@ func TestReadOnly_LeavesTheDirectoryAsItWas(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after a read-only store: %v\nwant %v", after, before)
 	}
 	// A missing directory is fs.ErrNotExist, and is not made.
 	if _, err := New(t.Context(), filepath.Join(dir, "none"), &Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("read-only open of a missing directory: %v", err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after a read-only open of a missing directory: %v", after)
 	}
 }
 
 // On a read-only file system a read-only store reads every index.
 func TestReadOnlyFileSystem_ReadOnlyStoreReads(t *testing.T) {
-	dir, seal := sqlitetest.ReadOnlyMount(t)
+	dir, seal := testenv.ReadOnlyMount(t)
 	live, _ := fillForReading(t, dir)
 	seal()
 	st := open(t, dir, Options{ReadOnly: true})

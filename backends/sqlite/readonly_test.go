@@ -12,8 +12,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stratalog/strata/internal/testenv"
+
 	"github.com/stratalog/strata/backends/sqlite"
-	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
@@ -98,9 +99,9 @@ func TestReadOnly_AClosedDatabaseIsReadAndLeftAsItWas(t *testing.T) {
 	}
 	fillStore(t, st)
 	st.Close()
-	before := sqlitetest.Files(t, dir)
-	if len(before) != 1 || sqlitetest.JournalMode(t, path) != "wal" {
-		t.Fatalf("before: %v, journal mode %s; want the database alone, in WAL mode", before, sqlitetest.JournalMode(t, path))
+	before := testenv.FileDigests(t, dir)
+	if len(before) != 1 || testenv.JournalMode(t, path) != "wal" {
+		t.Fatalf("before: %v, journal mode %s; want the database alone, in WAL mode", before, testenv.JournalMode(t, path))
 	}
 
 	ro := openReadOnly(t, path)
@@ -114,16 +115,16 @@ func TestReadOnly_AClosedDatabaseIsReadAndLeftAsItWas(t *testing.T) {
 	if err := ro.Delete(t.Context(), roNamespaces[0], is.BucketPrefix(0)+"c:agent-0"); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("Delete through a read-only store: %v, want ErrInvalidArgument", err)
 	}
-	if during := sqlitetest.Files(t, dir); !maps.Equal(before, during) {
+	if during := testenv.FileDigests(t, dir); !maps.Equal(before, during) {
 		t.Fatalf("while open read-only: %v, want %v", during, before)
 	}
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after a read-only open: %v, want %v", after, before)
 	}
-	if mode := sqlitetest.JournalMode(t, path); mode != "wal" {
+	if mode := testenv.JournalMode(t, path); mode != "wal" {
 		t.Fatalf("journal mode %s after a read-only open, want wal", mode)
 	}
 }
@@ -143,14 +144,14 @@ func TestReadOnly_BesideALiveWriterReadsItsCommitsAndCreatesNothing(t *testing.T
 	if err != nil || wal.Size() == 0 {
 		t.Fatalf("the writer's -wal: %v, %v; the test needs commits in it", wal, err)
 	}
-	before := withoutSHMBytes(sqlitetest.Files(t, dir))
+	before := withoutSHMBytes(testenv.FileDigests(t, dir))
 	ro := openReadOnly(t, path)
 	readEverything(t, ro)
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// The -shm is SQLite's shared memory, which every reader writes its read marks into.
-	if after := withoutSHMBytes(sqlitetest.Files(t, dir)); !maps.Equal(before, after) {
+	if after := withoutSHMBytes(testenv.FileDigests(t, dir)); !maps.Equal(before, after) {
 		t.Fatalf("after a read-only open beside a writer: %v, want %v", after, before)
 	}
 }
@@ -226,7 +227,7 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 		}
 		db.Close()
 	}
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 	_, err := sqlite.New(t.Context(), foreign, &sqlite.Options{ReadOnly: true})
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "no index_storage table") {
 		t.Fatalf("read-only open of a foreign database: %v, want fs.ErrNotExist naming index_storage", err)
@@ -235,11 +236,11 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "newer than this build reads") {
 		t.Fatalf("read-only open of a newer schema: %v", err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after read-only opens: %v, want %v", after, before)
 	}
 	for _, path := range []string{foreign, newer} {
-		if mode := sqlitetest.JournalMode(t, path); mode != "rollback" {
+		if mode := testenv.JournalMode(t, path); mode != "rollback" {
 			t.Fatalf("%s: journal mode %s, want rollback", path, mode)
 		}
 	}
@@ -247,7 +248,7 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 	if _, err := sqlite.New(t.Context(), filepath.Join(dir, "none.db"), &sqlite.Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("read-only open of a missing file: %v", err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after a read-only open of a missing file: %v, want %v", after, before)
 	}
 }
@@ -257,7 +258,7 @@ func TestReadOnly_AForeignOrNewerDatabaseIsRefusedAndLeftAsItWas(t *testing.T) {
 // read-only (SQLite's own error says "no such file or directory"); and a read-only open of a database
 // whose -wal holds commits but whose -shm is gone says the same, and why it needed to write.
 func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
-	dir, seal := sqlitetest.ReadOnlyMount(t)
+	dir, seal := testenv.ReadOnlyMount(t)
 	closed := filepath.Join(dir, "closed.db")
 	st, err := sqlite.New(t.Context(), closed, nil)
 	if err != nil {
@@ -285,7 +286,7 @@ func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
 		}
 	}
 	seal()
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 
 	ro := openReadOnly(t, closed)
 	readEverything(t, ro)
@@ -306,7 +307,7 @@ func TestReadOnlyFileSystem_OpensReadOrSayWhyNot(t *testing.T) {
 		strings.Contains(err.Error(), "no such file") {
 		t.Errorf("OpenSchedule of a new file on a read-only file system: %v, want EROFS and no \"no such file\"", err)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("the read-only file system changed: %v, want %v", after, before)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/backends/sqlite"
-	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
@@ -129,15 +128,15 @@ func TestBinary_ReadOnlyCommandsLeaveASQLiteFileAsItWas(t *testing.T) {
 			agents := roFill(t, st, filepath.Join(dir, "blobs"))
 			st.Close()
 			execSQLite(t, path, c.stmts...)
-			before := sqlitetest.Files(t, dir)
-			if mode := sqlitetest.JournalMode(t, path); mode != c.mode {
+			before := testenv.FileDigests(t, dir)
+			if mode := testenv.JournalMode(t, path); mode != c.mode {
 				t.Fatalf("journal mode %s before the commands, want %s", mode, c.mode)
 			}
 			roCommands(t, config, agents)
-			if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+			if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 				t.Fatalf("after strata scan and inspect: %v\nwant %v", after, before)
 			}
-			if mode := sqlitetest.JournalMode(t, path); mode != c.mode {
+			if mode := testenv.JournalMode(t, path); mode != c.mode {
 				t.Fatalf("journal mode %s after strata scan and inspect, want %s", mode, c.mode)
 			}
 		})
@@ -168,17 +167,17 @@ func TestBinary_ReadOnlyCommandsLeaveAForeignSQLiteDatabaseAsItWas(t *testing.T)
 	path := filepath.Join(dir, "shop.db")
 	execSQLite(t, path, `CREATE TABLE orders (id INTEGER PRIMARY KEY, total)`, `INSERT INTO orders (total) VALUES (42)`)
 	config := roConfig(t, dir, "sqlite://"+path)
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 	for _, args := range [][]string{{"scan", "--config", config}, {"inspect", "--config", config, "shop:cart"}} {
 		code, out, errOut := roCommand(t, args...)
 		if code == 0 || !strings.Contains(errOut, "index_storage") {
 			t.Fatalf("strata %s over a foreign database: exit %d, %s\n%s", args[0], code, out, errOut)
 		}
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("after strata scan and inspect: %v\nwant %v", after, before)
 	}
-	if mode := sqlitetest.JournalMode(t, path); mode != "rollback" {
+	if mode := testenv.JournalMode(t, path); mode != "rollback" {
 		t.Fatalf("journal mode %s after strata scan and inspect, want rollback (DELETE)", mode)
 	}
 }
@@ -215,7 +214,7 @@ func TestBinary_ReadOnlyCommandsWriteNoRedisKey(t *testing.T) {
 // On a read-only file system strata scan and inspect read a SQLite file, and strata run, which would
 // write, fails saying the file system is read-only, not "no such file or directory".
 func TestBinary_ReadOnlyFileSystem(t *testing.T) {
-	dir, seal := sqlitetest.ReadOnlyMount(t)
+	dir, seal := testenv.ReadOnlyMount(t)
 	path := filepath.Join(dir, "strata.db")
 	st, err := sqlite.New(t.Context(), path, nil)
 	if err != nil {
@@ -225,13 +224,13 @@ func TestBinary_ReadOnlyFileSystem(t *testing.T) {
 	agents := roFill(t, st, filepath.Join(dir, "blobs"))
 	st.Close()
 	seal()
-	before := sqlitetest.Files(t, dir)
+	before := testenv.FileDigests(t, dir)
 	roCommands(t, config, agents)
 	code, _, errOut := roCommand(t, "run", "--config", config)
 	if code == 0 || !strings.Contains(errOut, "read-only file system") || strings.Contains(errOut, "no such file") {
 		t.Fatalf("strata run on a read-only file system: exit %d\n%s", code, errOut)
 	}
-	if after := sqlitetest.Files(t, dir); !maps.Equal(before, after) {
+	if after := testenv.FileDigests(t, dir); !maps.Equal(before, after) {
 		t.Fatalf("the read-only file system changed: %v", after)
 	}
 }

@@ -11,12 +11,13 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stratalog/strata/internal/testenv"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stratalog/strata/backends/postgres"
 	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/backends/sqlite"
-	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
@@ -76,7 +77,7 @@ func sortedKeys(ctx context.Context, st is.Storage, ns string) ([]string, error)
 // can; the store must still fail that one index loudly and nothing else.
 func SQLitePoison(tb testing.TB, st is.Storage, ns, key string) {
 	tb.Helper()
-	if err := sqlitetest.ExecUnchecked(context.Background(), st.(*sqlite.Store).DB(),
+	if err := testenv.ExecUnchecked(context.Background(), st.(*sqlite.Store).DB(),
 		`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 'abc', x'00')`, ns, key); err != nil {
 		tb.Fatalf("poison %s:%q: %v", ns, key, err)
 	}

@@ -6,12 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stratalog/strata/internal/testenv"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/stratalog/strata/backends/multisqlite"
 	"github.com/stratalog/strata/backends/redis"
 	"github.com/stratalog/strata/backends/sqlite"
-	"github.com/stratalog/strata/backends/sqlite/sqlitetest"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
@@ -71,7 +72,7 @@ func TestSweep_APoisonedKeyDoesNotStallTheRoute(t *testing.T) {
 		}},
 		{backendtest.SQLite(), func(t *testing.T, st is.Storage) string {
 			key := oplogtest.AgentNamed("poisoned").StoredKey()
-			if err := sqlitetest.ExecUnchecked(t.Context(), st.(*sqlite.Store).DB(),
+			if err := testenv.ExecUnchecked(t.Context(), st.(*sqlite.Store).DB(),
 				`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 'seven', x'00')`, level1, key); err != nil {
 				t.Fatal(err)
 			}

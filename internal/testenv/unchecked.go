@@ -1,5 +1,7 @@
-// Package sqlitetest helps tests play a foreign writer against a SQLite store's file.
-package sqlitetest
+package testenv
+
+// ExecUnchecked and the file snapshots (files.go) let a test play a foreign writer or a disk fault
+// against a SQLite store's file.
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package sqlitetest
+package testenv
 
 import (
 	"crypto/sha256"
@@ -11,12 +11,12 @@ import (
 	"testing"
 )
 
-// Files is every file and directory under dir: path relative to dir → the hex SHA-256 of the file's
+// FileDigests is every file and directory under dir: path relative to dir → the hex SHA-256 of the file's
 // bytes, or "dir". Two snapshots are equal when nothing under dir was created, removed or written.
 //
 // Reading a database file opens and closes it, which drops the POSIX locks this process's SQLite
 // connections hold on it: take snapshots while no connection of the test relies on its locks.
-func Files(tb testing.TB, dir string) map[string]string {
+func FileDigests(tb testing.TB, dir string) map[string]string {
 	tb.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
