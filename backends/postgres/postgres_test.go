@@ -30,7 +30,7 @@ func BenchmarkWalkDepth(b *testing.B) {
 }
 
 func vacuum(ctx context.Context, st is.Storage) error {
-	store, ok := unwrap(st)
+	store, ok := backendtest.PostgresStore(st)
 	if !ok {
 		return fmt.Errorf("vacuum: %T is not a postgres store", st)
 	}
@@ -59,17 +59,3 @@ func newStore(tb testing.TB, schema string, configure ...func(*pgxpool.Config)) 
 }
 
 func emptySearchPath(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = "" }
-
-// unwrap finds the *postgres.Store under any wrappers.
-func unwrap(st is.Storage) (*postgres.Store, bool) {
-	for {
-		switch s := st.(type) {
-		case *postgres.Store:
-			return s, true
-		case is.Wrapper:
-			st = s.Unwrap()
-		default:
-			return nil, false
-		}
-	}
-}

@@ -46,38 +46,7 @@ func testConcurrency(t *testing.T, h Harness) {
 	// loser must see ErrConflict, so the index ends dense with no id lost or doubled.
 	t.Run("RacingAppendsToOneKeyAreSerialized", func(t *testing.T) {
 		f := newFixture(t, h)
-		const writers, attempts = 6, 40
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		won := 0
-		errs := make(chan error, writers)
-		for range writers {
-			wg.Go(func() {
-				for range attempts {
-					last, _, err := f.st.Last(f.ctx, ns, "hot")
-					if err != nil {
-						errs <- err
-						return
-					}
-					next := last.ID + 1
-					switch err := f.st.Append(f.ctx, ns, "hot", next, value("hot", next)); {
-					case err == nil:
-						mu.Lock()
-						won++
-						mu.Unlock()
-					case !errors.Is(err, is.ErrConflict):
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("racing Append: %v", err)
-		}
-		requireIDs(t, f.ids(ns, "hot"), span(1, uint64(won)), "after racing appends")
+		raceAppendsToOneKey(t, f, []is.Storage{f.st}, 6, 40)
 	})
 
 	// Two handles on one storage stand for two processes: the conflict check and the write must be
@@ -87,40 +56,7 @@ func testConcurrency(t *testing.T, h Harness) {
 			t.Skip("the harness has no Reopen: the backend's storage has no second handle")
 		}
 		f := newFixture(t, h)
-		handles := []is.Storage{f.st, h.Reopen(t, f.st)}
-		const writers, attempts = 4, 40
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		won := 0
-		errs := make(chan error, writers)
-		for w := range writers {
-			st := handles[w%len(handles)]
-			wg.Go(func() {
-				for range attempts {
-					last, _, err := st.Last(f.ctx, ns, "hot")
-					if err != nil {
-						errs <- err
-						return
-					}
-					next := last.ID + 1
-					switch err := st.Append(f.ctx, ns, "hot", next, value("hot", next)); {
-					case err == nil:
-						mu.Lock()
-						won++
-						mu.Unlock()
-					case !errors.Is(err, is.ErrConflict):
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("racing Append through two handles: %v", err)
-		}
-		requireIDs(t, f.ids(ns, "hot"), span(1, uint64(won)), "after racing appends through two handles")
+		raceAppendsToOneKey(t, f, []is.Storage{f.st, h.Reopen(t, f.st)}, 4, 40)
 	})
 
 	t.Run("RacingAppendManyIsAllOrNothing", func(t *testing.T) {
@@ -234,4 +170,43 @@ func testConcurrency(t *testing.T, h Harness) {
 			t.Fatal("the last append was lost")
 		}
 	})
+}
+
+// raceAppendsToOneKey has writers, spread over handles, each try attempts times to append the next id of
+// one key: each id must be won by exactly one, and every loser must see ErrConflict, so the index ends
+// dense with no id lost or doubled.
+func raceAppendsToOneKey(t *testing.T, f *fixture, handles []is.Storage, writers, attempts int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := 0
+	errs := make(chan error, writers)
+	for w := range writers {
+		st := handles[w%len(handles)]
+		wg.Go(func() {
+			for range attempts {
+				last, _, err := st.Last(f.ctx, ns, "hot")
+				if err != nil {
+					errs <- err
+					return
+				}
+				next := last.ID + 1
+				switch err := st.Append(f.ctx, ns, "hot", next, value("hot", next)); {
+				case err == nil:
+					mu.Lock()
+					won++
+					mu.Unlock()
+				case !errors.Is(err, is.ErrConflict):
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("racing Append through %d handles: %v", len(handles), err)
+	}
+	requireIDs(t, f.ids(ns, "hot"), span(1, uint64(won)), fmt.Sprintf("after racing appends through %d handles", len(handles)))
 }

@@ -23,7 +23,7 @@ func RedisPrefix(tb testing.TB, url string) string {
 		defer client.Close()
 		ctx, cancel := Context()
 		defer cancel()
-		iter := client.Scan(ctx, 0, escapeGlob(prefix)+"*", 1000).Iterator()
+		iter := client.Scan(ctx, 0, EscapeGlob(prefix)+"*", 1000).Iterator()
 		var keys []string
 		for iter.Next(ctx) {
 			keys = append(keys, iter.Val())
@@ -42,9 +42,9 @@ func RedisPrefix(tb testing.TB, url string) string {
 	return prefix
 }
 
-// escapeGlob escapes the characters Redis MATCH patterns treat specially. The prefix UniqueName makes
+// EscapeGlob escapes the characters Redis MATCH patterns treat specially. The prefix UniqueName makes
 // contains none, but the cleanup must never widen to other tests' keys if that changes.
-func escapeGlob(s string) string {
+func EscapeGlob(s string) string {
 	out := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
 		switch s[i] {

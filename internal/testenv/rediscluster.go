@@ -81,7 +81,7 @@ func RedisClusterPrefix(tb testing.TB, raw string) string {
 		var mu sync.Mutex
 		var firstErr error
 		err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			iter := node.Scan(ctx, 0, escapeGlob(prefix)+"*", 1000).Iterator()
+			iter := node.Scan(ctx, 0, EscapeGlob(prefix)+"*", 1000).Iterator()
 			pipe := node.Pipeline()
 			n := 0
 			for iter.Next(ctx) {

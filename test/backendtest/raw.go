@@ -120,7 +120,7 @@ func sqliteRawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) 
 // postgresRawWalk is the keyset loop a Postgres user would write without strata, on the store's own pool: keys
 // with their last id, as an archiver needs them and as ScanStable's pages carry them.
 func postgresRawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
-	store, ok := unwrapPostgres(st)
+	store, ok := PostgresStore(st)
 	if !ok {
 		return 0, fmt.Errorf("raw walk: %T is not a postgres store", st)
 	}
@@ -143,8 +143,8 @@ func postgresRawWalk(ctx context.Context, st is.Storage, ns string, pageSize int
 	}
 }
 
-// unwrapPostgres finds the *postgres.Store under any wrappers.
-func unwrapPostgres(st is.Storage) (*postgres.Store, bool) {
+// PostgresStore finds the *postgres.Store under any wrappers, for a test that reaches its pool.
+func PostgresStore(st is.Storage) (*postgres.Store, bool) {
 	for {
 		switch s := st.(type) {
 		case *postgres.Store:
@@ -177,7 +177,7 @@ func redisRawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (
 	if s.IsCluster() {
 		return 0, errors.New("SCAN reaches one node of a cluster")
 	}
-	match := escapeGlob(s.KeyPrefix()) + "{" + ns + "|*}:*"
+	match := testenv.EscapeGlob(s.KeyPrefix()) + "{" + ns + "|*}:*"
 	n, cursor := 0, uint64(0)
 	for {
 		keys, next, err := s.Client().Scan(ctx, cursor, match, int64(pageSize)).Result()
@@ -199,16 +199,4 @@ func redisRawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (
 		}
 		cursor = next
 	}
-}
-
-func escapeGlob(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			out = append(out, '\\')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
 }
