@@ -113,9 +113,10 @@ func PathSegment(s string) string {
 	return esc[:cut] + "." + hex.EncodeToString(sum[:])
 }
 
-// Blob is a blob archive level, a target only (it cannot enumerate its agents). Each chunk is one blob
-// at "{mode}/{L}/{bucket, 4 hex digits}/{component segment}/{name segment}/{last index, 20 digits}", the segments made by
-// PathSegment, so a chunk's path is fixed by its content: writing it again rewrites identical bytes.
+// Blob is a blob archive level, a target only (it cannot enumerate its agents). Each chunk is one
+// blob at "{mode}/{L}/{bucket, 4 hex digits}/{component segment}/{name segment}/{last index, 20
+// digits}", the segments made by PathSegment, so a chunk's path is fixed by its content: writing it
+// again rewrites identical bytes.
 type Blob struct {
 	store BlobStore
 	level int

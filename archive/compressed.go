@@ -8,9 +8,10 @@ import (
 	"github.com/stratalog/strata/oplog"
 )
 
-// Compressed is an archive level L ≥ 1 in indexed storage: namespace "{mode}/compressed/{L}", key the
-// agent's stored key (its bucket prefix and its key), one entry per chunk with id = the chunk's last index and value = the encoded chunk. It
-// can enumerate its agents, so it can be a sweep source.
+// Compressed is an archive level L ≥ 1 in indexed storage: namespace "{mode}/compressed/{L}", key
+// the agent's stored key (its bucket prefix and its key), one entry per chunk with id = the chunk's
+// last index and value = the encoded chunk. It can enumerate its agents, so it can be a sweep
+// source.
 type Compressed struct {
 	st    is.Storage
 	level int

@@ -247,12 +247,12 @@ type Step struct {
 // or written there itself.
 //
 // Memory stays bounded by one chunk whatever the oplog's length. A failure between any two storage
-// calls leaves every entry readable through Read (in one layer or both), and a re-run converges with no
-// duplicate and no loss. A concurrent drain of the same agent is no error: what it moved first, whether
-// the step sees it in the target or as gone from the source, is compared instead of appended again (a
-// conflict on the append itself re-runs the step), so the loser converges with nothing doubled.
-// Entries a writer appends above the source's last index during the step stay where they are. A step over layers that hold nothing returns at once with a zero
-// Step.
+// calls leaves every entry readable through Read (in one layer or both), and a re-run converges
+// with no duplicate and no loss. A concurrent drain of the same agent is no error: what it moved
+// first, whether the step sees it in the target or as gone from the source, is compared instead of
+// appended again (a conflict on the append itself re-runs the step), so the loser converges with
+// nothing doubled. Entries a writer appends above the source's last index during the step stay
+// where they are. A step over layers that hold nothing returns at once with a zero Step.
 func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, error) {
 	if err := s.check(agent, mode); err != nil {
 		return Step{}, err
@@ -293,16 +293,17 @@ func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLas
 	return step, nil
 }
 
-// DrainSeen is the sweep's drain: it moves what the sweep's gate saw, the entries of Layers()[layer]
-// up to seen (the layer's last index when the gate let the agent through), down to the bottom, and
-// returns without looking again at what it has moved past. Its first read of the layer reads the
-// layer's last index with it (LastReader, one storage call where the layer can): when that is no longer
-// seen, the agent moved on since the gate and nothing moves (MovedOnError); when the layer holds
-// nothing, a teardown drain won and the drain is no hop. It is one hop when the layer below is the
-// bottom; otherwise Drain's hops follow from the next layer down. Drained.Finished(layer) reports
-// whether this drain, and not a concurrent one, moved the entry at seen out of the layer. Entries a writer appends above seen
-// during the drain stay where they are, as in ArchiveStep: the sweep meets them on a later pass, when
-// they are quiet (under the executor's Locker nothing can be written meanwhile).
+// DrainSeen is the sweep's drain: it moves what the sweep's gate saw, the entries of
+// Layers()[layer] up to seen (the layer's last index when the gate let the agent through), down to
+// the bottom, and returns without looking again at what it has moved past. Its first read of the
+// layer reads the layer's last index with it (LastReader, one storage call where the layer can):
+// when that is no longer seen, the agent moved on since the gate and nothing moves (MovedOnError);
+// when the layer holds nothing, a teardown drain won and the drain is no hop. It is one hop when
+// the layer below is the bottom; otherwise Drain's hops follow from the next layer down.
+// Drained.Finished(layer) reports whether this drain, and not a concurrent one, moved the entry at
+// seen out of the layer. Entries a writer appends above seen during the drain stay where they are,
+// as in ArchiveStep: the sweep meets them on a later pass, when they are quiet (under the
+// executor's Locker nothing can be written meanwhile).
 func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, seen Index) (Drained, error) {
 	if err := s.check(agent, mode); err != nil {
 		return Drained{}, err

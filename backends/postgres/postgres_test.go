@@ -20,10 +20,10 @@ func TestConformance(t *testing.T) { storagetest.Run(t, harness()) }
 
 func BenchmarkStorage(b *testing.B) { storagetest.Bench(b, harness(), 0) }
 
-// BenchmarkWalkDepth: ScanStable (GROUP BY) and ScanDeep (the skip scan) walks of one-entry and deep
-// keys. Fresh walks the rows as written: the test server runs no autovacuum, so every index-only scan
-// still reads the heap to check visibility. Vacuumed walks them after VACUUM (ANALYZE), as a server with autovacuum
-// on holds rows that stopped changing.
+// BenchmarkWalkDepth: ScanStable (GROUP BY) and ScanDeep (the skip scan) walks of one-entry and
+// deep keys. Fresh walks the rows as written: the test server runs no autovacuum, so every
+// index-only scan still reads the heap to check visibility. Vacuumed walks them after VACUUM
+// (ANALYZE), as a server with autovacuum on holds rows that stopped changing.
 func BenchmarkWalkDepth(b *testing.B) {
 	b.Run("Fresh", func(b *testing.B) { storagetest.BenchWalkDepth(b, harness(), 0, nil) })
 	b.Run("Vacuumed", func(b *testing.B) { storagetest.BenchWalkDepth(b, harness(), 0, vacuum) })

@@ -83,11 +83,12 @@ return out
 
 // lastIDs reads the last id of each of a page's keys in one pipeline: one script, which reads each
 // index's last member and returns its 8 id bytes only; on a cluster one script per tag (the keys of
-// one bucket, or the unbucketed ones, share a slot). It returns the keys that still exist with their
-// ids. A key whose index went between the index set's read and this one is left out of the page, as a
-// walk may leave out a key deleted during it. If any read fails (an index another writer replaced with a value of another type,
-// a connection lost), the page goes without ids, all its keys kept: ids are an optimisation, and the
-// caller reads each index itself and meets the failure there.
+// one bucket, or the unbucketed ones, share a slot). It returns the keys that still exist with
+// their ids. A key whose index went between the index set's read and this one is left out of the
+// page, as a walk may leave out a key deleted during it. If any read fails (an index another writer
+// replaced with a value of another type, a connection lost), the page goes without ids, all its
+// keys kept: ids are an optimisation, and the caller reads each index itself and meets the failure
+// there.
 func (s *Store) lastIDs(ctx context.Context, ns string, keys []string) ([]string, []uint64) {
 	if len(keys) == 0 {
 		return keys, nil

@@ -117,8 +117,8 @@ func sqliteRawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) 
 	}
 }
 
-// postgresRawWalk is the keyset loop a Postgres user would write without strata, on the store's own pool: keys
-// with their last id, as an archiver needs them and as ScanStable's pages carry them.
+// postgresRawWalk is the keyset loop a Postgres user would write without strata, on the store's own
+// pool: keys with their last id, as an archiver needs them and as ScanStable's pages carry them.
 func postgresRawWalk(ctx context.Context, st is.Storage, ns string, pageSize int) (int, error) {
 	store, ok := PostgresStore(st)
 	if !ok {
