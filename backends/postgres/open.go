@@ -71,6 +71,23 @@ func DefaultPoolConns(minOps int) int {
 }
 
 // isURL tells a postgres:// URL from a keyword/value connection string.
+// urlParams takes this package's parameters off a postgres:// URL: it returns the connection string
+// pgx reads, and the schema and max_concurrent_ops the URL gives ("" and 0 where it gives none, so
+// that a caller's options stand). A keyword/value string is returned as it is.
+func urlParams(connString string) (conn, schema string, maxOps int, err error) {
+	if !isURL(connString) {
+		return connString, "", 0, nil
+	}
+	conn, schema, maxOps, err = splitURL(connString)
+	if err != nil {
+		return "", "", 0, err
+	}
+	if _, given := queryParam(connString, ParamSchema); !given {
+		schema = ""
+	}
+	return conn, schema, maxOps, nil
+}
+
 func isURL(connString string) bool {
 	return strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://")
 }

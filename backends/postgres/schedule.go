@@ -79,16 +79,11 @@ func NewScheduleStore(ctx context.Context, connString string, opts *ScheduleOpti
 	if opts != nil {
 		o = *opts
 	}
-	if isURL(connString) {
-		stripped, schema, _, err := splitURL(connString)
-		if err != nil {
-			return nil, fmt.Errorf("postgres schedule: %w", err)
-		}
-		if _, given := queryParam(connString, ParamSchema); given {
-			o.Schema = schema
-		}
-		connString = stripped
+	connString, urlSchema, _, err := urlParams(connString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres schedule: %w", err)
 	}
+	o.Schema = cmp.Or(urlSchema, o.Schema)
 	schema := cmp.Or(o.Schema, DefaultSchema)
 	if err := validateSchema(schema); err != nil {
 		return nil, fmt.Errorf("postgres schedule: %w", err)

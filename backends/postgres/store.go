@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -42,19 +43,12 @@ func New(ctx context.Context, connString string, opts *Options) (*Store, error) 
 	if opts != nil {
 		o = *opts
 	}
-	if isURL(connString) {
-		stripped, schema, maxOps, err := splitURL(connString)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
-		}
-		if _, given := queryParam(connString, ParamSchema); given {
-			o.Schema = schema
-		}
-		connString = stripped
-		if maxOps != 0 {
-			o.MaxConcurrentOps = maxOps
-		}
+	connString, urlSchema, urlMaxOps, err := urlParams(connString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	o.Schema = cmp.Or(urlSchema, o.Schema)
+	o.MaxConcurrentOps = cmp.Or(urlMaxOps, o.MaxConcurrentOps)
 	schema := o.Schema
 	if schema == "" {
 		schema = DefaultSchema
