@@ -23,12 +23,16 @@ const (
 	OpDelete      Operation = "delete"
 	OpScan        Operation = "scan"
 	OpScanStable  Operation = "scan_stable"
+	// OpClosestLastMany and OpDropPrefixMany are the batch operations (BatchReader, BatchDropper), on a
+	// backend that has them (on one that does not, each key's operation is counted as itself).
+	OpClosestLastMany Operation = "closest_last_many"
+	OpDropPrefixMany  Operation = "drop_prefix_many"
 )
 
 // Operations lists every Operation, in the order of the Storage interface.
 var Operations = []Operation{
 	OpExists, OpAppend, OpAppendMany, OpLength, OpRead, OpFirst, OpLast, OpLastID, OpClosest,
-	OpClosestLast, OpDropPrefix, OpDelete, OpScan, OpScanStable,
+	OpClosestLast, OpDropPrefix, OpDelete, OpScan, OpScanStable, OpClosestLastMany, OpDropPrefixMany,
 }
 
 // Wrapper is implemented by a Storage that decorates another, such as Limit's and Instrument's.
@@ -118,6 +122,34 @@ func (a *around) ScanDeep(ctx context.Context, ns string, r KeyRange, from Resum
 		return
 	})
 	return
+}
+
+// ClosestLastMany is one operation where the inner Storage is a BatchReader, else the per-key calls it
+// falls back on, each run (and counted) as itself.
+func (a *around) ClosestLastMany(ctx context.Context, ns string, reqs []KeyID) (out []ClosestLastResult, err error) {
+	b, ok := a.inner.(BatchReader)
+	if !ok {
+		return ClosestLastMany(ctx, perKeyOnly{a, a}, ns, reqs)
+	}
+	err = a.call(ctx, OpClosestLastMany, func(ctx context.Context) (e error) { out, e = b.ClosestLastMany(ctx, ns, reqs); return })
+	return
+}
+
+// DropPrefixMany is one operation where the inner Storage is a BatchDropper, else the per-key drops it
+// falls back on, each run (and counted) as itself.
+func (a *around) DropPrefixMany(ctx context.Context, ns string, reqs []KeyID) (out []DropResult, err error) {
+	b, ok := a.inner.(BatchDropper)
+	if !ok {
+		return DropPrefixMany(ctx, perKeyOnly{a, a}, ns, reqs)
+	}
+	err = a.call(ctx, OpDropPrefixMany, func(ctx context.Context) (e error) { out, e = b.DropPrefixMany(ctx, ns, reqs); return })
+	return
+}
+
+// perKeyOnly hides the batch methods of a Storage, so that a fallback calls its per-key ones.
+type perKeyOnly struct {
+	Storage
+	ClosestLastReader
 }
 
 // storageOnly hides every method of a Storage but the interface's own.

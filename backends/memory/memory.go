@@ -31,7 +31,11 @@ type namespace struct {
 // and tests build it inline by the dozen. NewBlobStore and NewScheduleStore follow it.
 func New() *Store { return &Store{namespaces: make(map[string]*namespace)} }
 
-var _ is.Storage = (*Store)(nil)
+var (
+	_ is.Storage      = (*Store)(nil)
+	_ is.BatchReader  = (*Store)(nil)
+	_ is.BatchDropper = (*Store)(nil)
+)
 
 // Capabilities: keys come back once each, ascending.
 func (s *Store) Capabilities() is.Capabilities {
@@ -84,6 +88,11 @@ func (s *Store) write(op is.Operation, ns, key string, fn func(entries []is.Entr
 	if s.closed {
 		return fail(op, ns, key, is.ErrClosed)
 	}
+	return fail(op, ns, key, s.update(ns, key, fn))
+}
+
+// update replaces the entries of one index by what fn returns, under the write lock the caller holds.
+func (s *Store) update(ns, key string, fn func(entries []is.Entry) ([]is.Entry, error)) error {
 	n := s.namespaces[ns]
 	var old []is.Entry
 	if n != nil {
@@ -91,7 +100,7 @@ func (s *Store) write(op is.Operation, ns, key string, fn func(entries []is.Entr
 	}
 	updated, err := fn(old)
 	if err != nil {
-		return fail(op, ns, key, err)
+		return err
 	}
 	switch {
 	case len(updated) == 0 && n != nil && old != nil:
@@ -196,28 +205,79 @@ func (s *Store) ClosestLast(_ context.Context, ns, key string, id uint64) (close
 }
 
 func (s *Store) closestLast(op is.Operation, ns, key string, id uint64) (closest is.Entry, found bool, last uint64, exists bool, err error) {
-	err = s.read(op, ns, key, func(entries []is.Entry) {
-		if i := search(entries, id); i < len(entries) {
-			closest, found = copyEntry(entries[i]), true
+	var r is.ClosestLastResult
+	err = s.read(op, ns, key, func(entries []is.Entry) { r = closestLastOf(entries, id) })
+	return r.Entry, r.Found, r.Last, r.Exists, err
+}
+
+// closestLastOf is ClosestLast of one index's entries.
+func closestLastOf(entries []is.Entry, id uint64) (r is.ClosestLastResult) {
+	if i := search(entries, id); i < len(entries) {
+		r.Entry, r.Found = copyEntry(entries[i]), true
+	}
+	if n := len(entries); n > 0 {
+		r.Last, r.Exists = entries[n-1].ID, true
+	}
+	return r
+}
+
+// ClosestLastMany reads every key under one read lock (is.BatchReader).
+func (s *Store) ClosestLastMany(_ context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	if err := is.ValidateBatchKeys(ns, reqs); err != nil {
+		return nil, fail(is.OpClosestLastMany, ns, "", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, fail(is.OpClosestLastMany, ns, "", is.ErrClosed)
+	}
+	out := make([]is.ClosestLastResult, len(reqs))
+	n := s.namespaces[ns]
+	for i, r := range reqs {
+		var entries []is.Entry
+		if n != nil {
+			entries = n.indexes[r.Key]
 		}
-		if n := len(entries); n > 0 {
-			last, exists = entries[n-1].ID, true
-		}
-	})
-	return closest, found, last, exists, err
+		out[i] = closestLastOf(entries, r.ID)
+	}
+	return out, nil
 }
 
 func (s *Store) DropPrefix(_ context.Context, ns, key string, upTo uint64) (dropped uint64, err error) {
-	err = s.write(is.OpDropPrefix, ns, key, func(entries []is.Entry) ([]is.Entry, error) {
+	err = s.write(is.OpDropPrefix, ns, key, dropPrefix(upTo, &dropped))
+	return dropped, err
+}
+
+// DropPrefixMany drops every key's prefix under one write lock (is.BatchDropper).
+func (s *Store) DropPrefixMany(_ context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	if err := is.ValidateBatchKeys(ns, reqs); err != nil {
+		return nil, fail(is.OpDropPrefixMany, ns, "", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fail(is.OpDropPrefixMany, ns, "", is.ErrClosed)
+	}
+	out := make([]is.DropResult, len(reqs))
+	for i, r := range reqs {
+		if err := s.update(ns, r.Key, dropPrefix(r.ID, &out[i].Dropped)); err != nil {
+			out[i] = is.DropResult{Err: fail(is.OpDropPrefixMany, ns, r.Key, err)}
+		}
+	}
+	return out, nil
+}
+
+// dropPrefix is the update of DropPrefix(upTo), which counts what it removed in dropped.
+func dropPrefix(upTo uint64, dropped *uint64) func(entries []is.Entry) ([]is.Entry, error) {
+	return func(entries []is.Entry) ([]is.Entry, error) {
 		cut := search(entries, upTo+1)
 		if upTo >= is.MaxID {
 			cut = len(entries)
 		}
-		dropped = uint64(cut)
+		*dropped = uint64(cut)
 		// Copy the survivors so the dropped values are not kept alive by the backing array.
 		return slices.Clone(entries[cut:]), nil
-	})
-	return dropped, err
+	}
 }
 
 func (s *Store) Delete(_ context.Context, ns, key string) error {

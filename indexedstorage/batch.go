@@ -1,0 +1,154 @@
+package indexedstorage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// MaxBatch is the most keys one batch operation (ClosestLastMany, DropPrefixMany) takes.
+const MaxBatch = 4096
+
+// KeyID is one key of a batch operation and its id: the id Closest seeks in ClosestLastMany, the upTo
+// of DropPrefixMany.
+type KeyID struct {
+	Key string
+	ID  uint64
+}
+
+// ClosestLastResult is one key's part of ClosestLastMany: what ClosestLast returns for it.
+type ClosestLastResult struct {
+	Entry  Entry  // Closest(ID)'s entry
+	Found  bool   // Closest found one
+	Last   uint64 // LastID's id
+	Exists bool   // LastID found one
+	Err    error  // this key's part failed (Entry, Found, Last and Exists are zero); the other keys' stand
+}
+
+// DropResult is one key's part of DropPrefixMany: what DropPrefix returns for it.
+type DropResult struct {
+	Dropped uint64
+	Err     error // this key's part failed; whether its drop took effect is unknown, as for DropPrefix
+}
+
+// BatchReader is implemented by a Storage that reads Closest(id) and LastID of many indexes of one
+// namespace in one round trip (one statement, one transaction, one script per hash slot, one lock).
+// The sweep's archive phase reads a batch of agents' first chunks this way.
+//
+// Each key's part is ClosestLast of that key: its entry and last id come from one state of its index,
+// linearizable against every other operation on that index. The batch is not atomic across keys, and
+// need not be. Results are in the order of reqs. A key whose own storage cannot be read (a poisoned
+// row, a Redis key of the wrong type, an unreadable file) fails its part only, in its result's Err;
+// the call goes on with the other keys. The call's own error means no part is known: arguments
+// invalid (ValidateBatchKeys: nothing touched), the store closed, or the round trip failed.
+type BatchReader interface {
+	ClosestLastMany(ctx context.Context, ns string, reqs []KeyID) ([]ClosestLastResult, error)
+}
+
+// BatchDropper is implemented by a Storage that drops a prefix of many indexes of one namespace in one
+// round trip. Each key's part is DropPrefix(key, ID): atomic and linearizable on its index, with every
+// rule of DropPrefix (an emptied index no longer exists, a racing Append above upTo is never lost, of
+// two racing drops each entry is counted by one). Results are in the order of reqs. A key's own
+// failure is its result's Err and the other keys go on; the call's own error means no part is known
+// to have taken effect or not (as a DropPrefix that times out), and arguments invalid touch nothing.
+// Where one statement takes several indexes' locks, it takes them in ascending key order, so two
+// batches never deadlock.
+type BatchDropper interface {
+	DropPrefixMany(ctx context.Context, ns string, reqs []KeyID) ([]DropResult, error)
+}
+
+// ValidateBatchKeys checks a batch operation's arguments: a valid namespace, at most MaxBatch keys,
+// each a valid key, none twice (two parts on one index in one call would have no order).
+func ValidateBatchKeys(ns string, reqs []KeyID) error {
+	if err := ValidateNamespace(ns); err != nil {
+		return err
+	}
+	if len(reqs) > MaxBatch {
+		return fmt.Errorf("%w: a batch of %d keys, at most %d", ErrInvalidArgument, len(reqs), MaxBatch)
+	}
+	seen := make(map[string]struct{}, len(reqs))
+	for _, r := range reqs {
+		if err := ValidateKey(r.Key); err != nil {
+			return err
+		}
+		if _, dup := seen[r.Key]; dup {
+			return fmt.Errorf("%w: key %q twice in one batch", ErrInvalidArgument, r.Key)
+		}
+		seen[r.Key] = struct{}{}
+	}
+	return nil
+}
+
+// ClosestLastMany reads Closest and LastID of each key of reqs: in one call where st is a BatchReader
+// (a wrapper of this package is one, and one call, where what it wraps is one), else ClosestLast of
+// each key in turn. The fallback keeps each part's rules: a key's failure is its own, except one that
+// says the store cannot be reached now (ErrTransient, ErrClosed, the context's end), which the keys
+// after it are given too, untried.
+func ClosestLastMany(ctx context.Context, st Storage, ns string, reqs []KeyID) ([]ClosestLastResult, error) {
+	if b, ok := st.(BatchReader); ok {
+		return b.ClosestLastMany(ctx, ns, reqs)
+	}
+	if err := ValidateBatchKeys(ns, reqs); err != nil {
+		return nil, err
+	}
+	out := make([]ClosestLastResult, len(reqs))
+	var stop error
+	for i, r := range reqs {
+		if stop != nil {
+			out[i].Err = untried(r.Key, stop)
+			continue
+		}
+		var res ClosestLastResult
+		res.Entry, res.Found, res.Last, res.Exists, res.Err = ClosestLast(ctx, st, ns, r.Key, r.ID)
+		if res.Err != nil {
+			res = ClosestLastResult{Err: res.Err}
+			if stopsBatch(res.Err) {
+				stop = res.Err
+			}
+		}
+		out[i] = res
+	}
+	return out, nil
+}
+
+// DropPrefixMany drops the prefix of each key of reqs: in one call where st is a BatchDropper, else
+// DropPrefix of each key in turn, with ClosestLastMany's rule for failures.
+func DropPrefixMany(ctx context.Context, st Storage, ns string, reqs []KeyID) ([]DropResult, error) {
+	if b, ok := st.(BatchDropper); ok {
+		return b.DropPrefixMany(ctx, ns, reqs)
+	}
+	if err := ValidateBatchKeys(ns, reqs); err != nil {
+		return nil, err
+	}
+	out := make([]DropResult, len(reqs))
+	var stop error
+	for i, r := range reqs {
+		if stop != nil {
+			out[i].Err = untried(r.Key, stop)
+			continue
+		}
+		out[i].Dropped, out[i].Err = st.DropPrefix(ctx, ns, r.Key, r.ID)
+		if out[i].Err != nil {
+			out[i].Dropped = 0
+			if stopsBatch(out[i].Err) {
+				stop = out[i].Err
+			}
+		}
+	}
+	return out, nil
+}
+
+// stopsBatch reports whether err says the store cannot be reached now, rather than that one index
+// cannot be read: the per-key fallbacks try no further key after it.
+func stopsBatch(err error) bool {
+	return errors.Is(err, ErrTransient) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// ErrNotTried marks a batch part that was not tried because an earlier key's failure said the store
+// could not be reached; it wraps that failure, so errors.Is finds ErrTransient or ErrClosed through it.
+var ErrNotTried = errors.New("not tried")
+
+func untried(key string, cause error) error {
+	return fmt.Errorf("key %q %w after an earlier key failed: %w", key, ErrNotTried, cause)
+}
