@@ -92,6 +92,59 @@ func (c *Compressed) read(ctx context.Context, agent oplog.AgentID, mode oplog.M
 	return entries, oplog.Index(last), exists, err
 }
 
+var _ oplog.BatchLayer = (*Compressed)(nil)
+
+// ReadMany reads each agent's first chunk from From on and its last id in one storage call
+// (indexedstorage.ClosestLastMany): one chunk an agent, clipped to [From, To].
+func (c *Compressed) ReadMany(ctx context.Context, mode oplog.Mode, reqs []oplog.ReadRequest) ([]oplog.ReadResult, error) {
+	ns := oplog.CompressedNamespace(mode, c.level)
+	keys := make([]is.KeyID, len(reqs))
+	for i, r := range reqs {
+		keys[i] = is.KeyID{Key: r.Agent.StoredKey(), ID: uint64(max(r.From, 1))}
+	}
+	found, err := is.ClosestLastMany(ctx, c.st, ns, keys)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read %d agents: %w", c.name, len(reqs), err)
+	}
+	out := make([]oplog.ReadResult, len(reqs))
+	for i, f := range found {
+		r := reqs[i]
+		if f.Err != nil {
+			out[i].Err = c.wrap("read", r.Agent, f.Err)
+			continue
+		}
+		out[i].Last, out[i].Exists = oplog.Index(f.Last), f.Exists
+		served := false
+		out[i].Entries, out[i].Err = readChunks(ctx, c.name, r.Agent, r.From, r.To, oplog.ChunkLimit,
+			func(context.Context, oplog.Index) (oplog.Index, []byte, bool, error) {
+				if served {
+					return 0, nil, false, nil // one chunk an agent: the next round reads on
+				}
+				served = true
+				return oplog.Index(f.Entry.ID), f.Entry.Value, f.Found, nil
+			})
+	}
+	return out, nil
+}
+
+// DropPrefixMany drops each agent's chunks up to its UpTo in one storage call
+// (indexedstorage.DropPrefixMany); each count is the storage's own, as in DropPrefix.
+func (c *Compressed) DropPrefixMany(ctx context.Context, mode oplog.Mode, reqs []oplog.DropRequest) ([]oplog.DropResult, error) {
+	keys := make([]is.KeyID, len(reqs))
+	for i, r := range reqs {
+		keys[i] = is.KeyID{Key: r.Agent.StoredKey(), ID: uint64(r.UpTo)}
+	}
+	dropped, err := is.DropPrefixMany(ctx, c.st, oplog.CompressedNamespace(mode, c.level), keys)
+	if err != nil {
+		return nil, fmt.Errorf("%s: drop prefix of %d agents: %w", c.name, len(reqs), err)
+	}
+	out := make([]oplog.DropResult, len(reqs))
+	for i, d := range dropped {
+		out[i] = oplog.DropResult{Dropped: d.Dropped, Err: c.wrap("drop prefix", reqs[i].Agent, d.Err)}
+	}
+	return out, nil
+}
+
 func (c *Compressed) FirstIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {
 	e, ok, err := c.st.First(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey())
 	if err != nil || !ok {

@@ -66,6 +66,7 @@ type Sweep struct {
 	Interval            time.Duration `toml:"interval"`
 	PageSize            int           `toml:"page_size"`
 	MaxConcurrency      int           `toml:"max_concurrency"`
+	ArchiveBatch        int           `toml:"archive_batch"`
 	MaxArchivesPerTick  int           `toml:"max_archives_per_tick"`
 	MaxScannedPerTick   int           `toml:"max_scanned_per_tick"`
 	MaxTrackedAgents    int           `toml:"max_tracked_agents"`
@@ -122,6 +123,7 @@ func Default() Config {
 			Interval:            sw.Interval,
 			PageSize:            sw.PageSize,
 			MaxConcurrency:      sw.MaxConcurrency,
+			ArchiveBatch:        sw.ArchiveBatch,
 			MaxArchivesPerTick:  sw.MaxArchivesPerTick,
 			MaxScannedPerTick:   sw.MaxScannedPerTick,
 			MaxTrackedAgents:    sw.MaxTrackedAgents,
@@ -176,6 +178,7 @@ func (c Config) SweeperConfig() sweeper.Config {
 		Interval:            cmp.Or(s.Interval, sweeper.MinInterval),
 		PageSize:            s.PageSize,
 		MaxConcurrency:      s.MaxConcurrency,
+		ArchiveBatch:        s.ArchiveBatch,
 		MaxArchivesPerTick:  s.MaxArchivesPerTick,
 		MaxScannedPerTick:   s.MaxScannedPerTick,
 		MaxTrackedAgents:    s.MaxTrackedAgents,

@@ -35,6 +35,7 @@ var samples = map[string]any{
 	"sweep.interval":                      15 * time.Second,
 	"sweep.page_size":                     64,
 	"sweep.max_concurrency":               2,
+	"sweep.archive_batch":                 32,
 	"sweep.max_archives_per_tick":         1000,
 	"sweep.max_scanned_per_tick":          10_000,
 	"sweep.max_tracked_agents":            5000,
@@ -70,6 +71,7 @@ var disallowed = map[string][]any{
 	"sweep.interval":                      {-time.Millisecond, 25 * time.Hour},
 	"sweep.page_size":                     {0, -3, 10_001},
 	"sweep.max_concurrency":               {0, 1025},
+	"sweep.archive_batch":                 {-1, 4097},
 	"sweep.max_archives_per_tick":         {0, 1_000_001},
 	"sweep.max_scanned_per_tick":          {0, math.MaxInt},
 	"sweep.max_tracked_agents":            {0, 100_000_001},
@@ -441,7 +443,7 @@ interval = "1s"
 		t.Fatal("no error")
 	}
 	sections := "[storage], [blob], [schedule], [stack], [sweep], [http], [residency], [log]"
-	keys := "enabled, interval, page_size, max_concurrency, max_archives_per_tick, max_scanned_per_tick, " +
+	keys := "enabled, interval, page_size, max_concurrency, archive_batch, max_archives_per_tick, max_scanned_per_tick, " +
 		"max_tracked_agents, max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, " +
 		"durable_min_idle, durable_max_archives_per_tick, durable_max_scanned_per_tick"
 	want := []string{
@@ -505,7 +507,7 @@ func TestEnv_OverridesTheFile(t *testing.T) {
 func TestEnv_UnknownKeyUnderAKnownSectionIsRejected(t *testing.T) {
 	for variable, want := range map[string]string{
 		"STRATA_SWEEP_PAGESIZE=64": `STRATA_SWEEP_PAGESIZE: [sweep] has no key "pagesize": want STRATA_SWEEP_<KEY> with a key of ` +
-			"enabled, interval, page_size, max_concurrency, max_archives_per_tick, max_scanned_per_tick, max_tracked_agents, " +
+			"enabled, interval, page_size, max_concurrency, archive_batch, max_archives_per_tick, max_scanned_per_tick, max_tracked_agents, " +
 			"max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, durable_min_idle, " +
 			"durable_max_archives_per_tick, durable_max_scanned_per_tick",
 		"STRATA_LOG_COLOR=1":  `STRATA_LOG_COLOR: [log] has no key "color": want STRATA_LOG_<KEY> with a key of level, format`,
@@ -651,7 +653,7 @@ func TestSweeperConfig_CarriesTheSection(t *testing.T) {
 			s.set(&c, samples[s.key])
 		}
 	}
-	want := sweeper.Config{Enabled: false, Interval: 15 * time.Second, PageSize: 64, MaxConcurrency: 2, MaxArchivesPerTick: 1000,
+	want := sweeper.Config{Enabled: false, Interval: 15 * time.Second, PageSize: 64, MaxConcurrency: 2, ArchiveBatch: 32, MaxArchivesPerTick: 1000,
 		MaxScannedPerTick: 10_000, MaxTrackedAgents: 5000, MaxTickDuration: 10 * time.Second, MaxBackoffIntervals: 1,
 		MaxAgentDuration: 5 * time.Second, ShutdownGrace: 10 * time.Second,
 		DurableMinIdle: 6 * time.Hour, DurableMaxArchivesPerTick: 64, DurableMaxScannedPerTick: 2048}

@@ -64,8 +64,11 @@ var sections = []section{
 			{name: "interval", doc: "Wait between ticks; the first tick waits a random fraction of one interval.", rule: durationWithin(sweeper.IntervalRange), untuned: true,
 				note: fmt.Sprintf("Below %s reads as %[1]s.", formatDuration(sweeper.MinInterval))},
 			{name: "page_size", doc: "Keys one ScanStable call asks for.", unit: "keys", rule: intWithin(sweeper.PageSizeRange), untuned: true},
-			{name: "max_concurrency", doc: "Agents a tick archives at once, sharing the storage's connections with the invocation path.",
-				unit: "agents", rule: intWithin(sweeper.MaxConcurrencyRange), untuned: true},
+			{name: "max_concurrency", doc: "Archive batches a tick runs at once, sharing the storage's connections with the invocation path.",
+				unit: "batches", rule: intWithin(sweeper.MaxConcurrencyRange), untuned: true},
+			{name: "archive_batch", doc: "Agents one archive batch holds: their chunks are read in one storage call a round, " +
+				"written below together and dropped in one call a round.", unit: "agents", rule: intWithin(sweeper.ArchiveBatchRange),
+				untuned: true, note: "0 means page_size."},
 			{name: "max_archives_per_tick", doc: "Archive attempts a tick may make; declined and failed attempts count.",
 				unit: "archives", rule: intWithin(sweeper.MaxArchivesPerTickRange), untuned: true},
 			{name: "max_scanned_per_tick", doc: "Keys a tick may examine; soft by one page, since a page is never trimmed.",
@@ -78,7 +81,7 @@ var sections = []section{
 			{name: "max_backoff_intervals", doc: "Cap on the wait after ticks that hit their deadline: the wait doubles " +
 				"per such tick up to this many intervals, and resets on the first tick inside its deadline.",
 				unit: "intervals", rule: intWithin(sweeper.MaxBackoffIntervalsRange), untuned: true, note: "0 reads as 1."},
-			{name: "max_agent_duration", doc: "Timeout of one agent's archive, so a store that stops answering cannot hold " +
+			{name: "max_agent_duration", doc: "Timeout of one archive batch, so a store that stops answering cannot hold " +
 				"a tick longer than max_tick_duration plus this. A cut archive step is safe: the next one converges " +
 				"from where it stopped.", rule: durationWithin(sweeper.MaxAgentDurationRange), untuned: true,
 				note: fmt.Sprintf("0 means max_tick_duration; below %s reads as %[1]s.", formatDuration(sweeper.MinTickDuration))},

@@ -41,11 +41,19 @@ type hop struct {
 	last  Index   // move the source up to here
 	first []Entry // the source's first batch, already read by the caller (nil: read it)
 	step  Step
+
+	// The pass under way: a hop makes passes over the source until one ends without a conflict.
+	next     Index // the pass's next read starts here; past last, the pass is over
+	verified Index // the source up to here is identical below and not yet dropped
+	target   Index // the greatest target last index this pass read
+
+	tries, stalls int   // passes ended by a conflict; of those, in a row with the target's last index unmoved
+	prevTarget    Index // target at the end of the pass before
 }
 
 func newHop(agent AgentID, mode Mode, src Layer, below []Layer, last Index, first []Entry) *hop {
 	return &hop{
-		agent: agent, mode: mode, src: src, below: below, last: last, first: first,
+		agent: agent, mode: mode, src: src, below: below, last: last, first: first, next: 1,
 		step: Step{Source: src.Name(), Target: below[0].Name()},
 	}
 }
@@ -58,67 +66,85 @@ func newHop(agent AgentID, mode Mode, src Layer, below []Layer, last Index, firs
 // loop.
 const hopStalls = 3
 
-// run moves the source one layer down, one pass after another while the target refuses an append
-// with a conflict (at most hopStalls passes in a row that find its last index where it was).
+// run is the hop on its own: for every batch, read it (step 1), take it (steps 2 to 4) and drop what
+// the take says (step 5), until the pass is over. A batch drain (drainLayer) drives many hops through
+// the same steps, a round of reads and a round of drops at a time.
 func (h *hop) run(ctx context.Context) (Step, error) {
-	var prevTarget Index
-	for try, stalls := 0, 0; ; try++ {
-		target, err := h.pass(ctx)
-		if try > 0 && target > prevTarget {
-			stalls = 0
-		}
-		if !errors.Is(err, is.ErrConflict) {
+	for !h.done() {
+		batch, err := h.read(ctx, h.next)
+		if err != nil {
 			return h.step, err
 		}
-		if stalls++; stalls == hopStalls {
+		upTo, err := h.take(ctx, batch)
+		if err != nil {
 			return h.step, err
 		}
-		prevTarget = target
+		if upTo > 0 {
+			if err := h.drop(ctx, upTo); err != nil {
+				return h.step, err
+			}
+		}
 	}
+	return h.step, nil
 }
 
-// pass is one try of the hop: the five steps for every batch, in order. It returns the greatest target
-// last index it read.
-func (h *hop) pass(ctx context.Context) (target Index, err error) {
-	// Reading from 1 rather than from the target's last index + 1 costs nothing when the source starts
-	// above it (the usual case) and shows any entry at or below it. Those come first, so all of them
-	// are verified before the first append or drop.
-	var verified Index // the source up to here is identical below and not yet dropped
-	for next := Index(1); next <= h.last; {
-		batch, err := h.read(ctx, next)
-		if err != nil {
-			return target, err
-		}
-		if len(batch) == 0 {
-			break // the source ends here (a concurrent drain dropped the rest)
-		}
+// done reports whether the hop has read everything it will and made the drops that followed.
+func (h *hop) done() bool { return h.next > h.last }
+
+// take is steps 2 to 4 for batch, the source's entries read from h.next on, and returns how far step 5
+// drops the source (0: no drop this round). Reading from 1 rather than from the target's last index + 1
+// costs nothing when the source starts above it (the usual case) and shows any entry at or below it.
+// Those come first, so all of them are verified before the first append or drop. An empty batch ends
+// the pass's reads (a concurrent drain dropped the rest); at the end of the pass, a source that held
+// only verified entries since the last drop is dropped up to them. A conflict on the append starts the
+// pass again from index 1 (retry) while the target's last index moves on.
+func (h *hop) take(ctx context.Context, batch []Entry) (upTo Index, err error) {
+	if len(batch) == 0 {
+		h.next = h.last + 1
+	} else {
 		end := batch[len(batch)-1].Index
 		known, err := h.alreadyBelow(ctx, batch)
 		if err != nil {
-			return target, err
+			return 0, err
 		}
-		target = max(target, known.target)
+		h.target = max(h.target, known.target)
 		atOrBelow, above := known.split(batch)
 		if len(atOrBelow) > 0 {
 			if err := h.verify(ctx, atOrBelow, known); err != nil {
-				return target, err
+				return 0, err
 			}
-			verified = atOrBelow[len(atOrBelow)-1].Index
+			h.verified = atOrBelow[len(atOrBelow)-1].Index
 		}
 		if len(above) > 0 {
 			if err := h.append(ctx, above); err != nil {
-				return target, err
+				if errors.Is(err, is.ErrConflict) && h.retry() {
+					return 0, nil
+				}
+				return 0, err
 			}
-			if err := h.drop(ctx, end); err != nil {
-				return target, err
-			}
+			upTo = end
 		}
-		next = end + 1
+		h.next = end + 1
 	}
-	if verified > h.step.DroppedUpTo {
-		return target, h.drop(ctx, verified)
+	if h.done() && h.verified > max(upTo, h.step.DroppedUpTo) {
+		upTo = h.verified
 	}
-	return target, nil
+	return upTo, nil
+}
+
+// retry starts the pass again after a conflict on its append, unless hopStalls passes in a row ended
+// so with the target's last index where it was; it reports whether it did.
+func (h *hop) retry() bool {
+	if h.tries > 0 && h.target > h.prevTarget {
+		h.stalls = 0
+	}
+	if h.stalls++; h.stalls == hopStalls {
+		return false
+	}
+	h.tries++
+	h.prevTarget = h.target
+	h.next, h.verified, h.target, h.first = 1, 0, 0, nil
+	return true
 }
 
 // read is step 1: the source's batch from next on (the caller's first batch, on the hop's first read).
@@ -240,9 +266,14 @@ func (h *hop) drop(ctx context.Context, upTo Index) error {
 	if err != nil {
 		return err
 	}
+	h.dropped(upTo, dropped)
+	return nil
+}
+
+// dropped records step 5's drop up to upTo, which removed dropped of the source's units.
+func (h *hop) dropped(upTo Index, dropped uint64) {
 	h.step.DroppedUpTo = upTo
 	if upTo >= h.last && dropped > 0 {
 		h.step.Finished = true
 	}
-	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/bounds"
 	"github.com/stratalog/strata/oplog"
 )
@@ -33,9 +34,13 @@ type Config struct {
 	Interval time.Duration
 	// PageSize is how many keys one ScanStable call asks for (0: the default, 128).
 	PageSize int
-	// MaxConcurrency is how many agents a tick archives at once, sharing the storage's connection
+	// MaxConcurrency is how many archive batches a tick runs at once, sharing the storage's connection
 	// budget with the invocation path (0: the default, 4).
 	MaxConcurrency int
+	// ArchiveBatch is the most agents one archive batch holds: read in one storage call a round,
+	// written below together, dropped in one call a round (0: PageSize; at most
+	// indexedstorage.MaxBatch).
+	ArchiveBatch int
 	// MaxArchivesPerTick bounds the archive attempts of a tick; declined and failed attempts count
 	// (0: the default, 256).
 	MaxArchivesPerTick int
@@ -51,9 +56,10 @@ type Config struct {
 	// MaxBackoffIntervals caps the wait after ticks that hit their deadline, in intervals (0: the
 	// default, 8; 1: no backoff).
 	MaxBackoffIntervals int
-	// MaxAgentDuration bounds one agent's archive: its steps run under this timeout, so a black-holed
-	// store cannot hold a tick past MaxTickDuration + MaxAgentDuration. A cut step is safe: the archive
-	// step converges from wherever it stopped. 0 (the default) means MaxTickDuration; at least 1 s.
+	// MaxAgentDuration bounds one archive batch (an agent's archive is part of one): its steps run under
+	// this timeout, so a black-holed store cannot hold a tick past MaxTickDuration + MaxAgentDuration. A
+	// cut step is safe: the archive step converges from wherever it stopped, agent by agent. 0 (the
+	// default) means MaxTickDuration; at least 1 s. The name stays from when the unit was an agent.
 	MaxAgentDuration time.Duration
 	// ShutdownGrace is how long shutdown waits for the agents under way before cancelling them
 	// (0: the default, 30 s; negative: none, they are cancelled at once). Nothing is lost either way.
@@ -76,6 +82,7 @@ const (
 	DefaultInterval            = 60 * time.Second
 	DefaultPageSize            = 128
 	DefaultMaxConcurrency      = 4
+	DefaultArchiveBatch        = 0 // PageSize
 	DefaultMaxArchivesPerTick  = 256
 	DefaultMaxScannedPerTick   = 4096
 	DefaultMaxTrackedAgents    = 100_000
@@ -101,6 +108,7 @@ func DefaultConfig() Config {
 		Interval:            DefaultInterval,
 		PageSize:            DefaultPageSize,
 		MaxConcurrency:      DefaultMaxConcurrency,
+		ArchiveBatch:        DefaultArchiveBatch,
 		MaxArchivesPerTick:  DefaultMaxArchivesPerTick,
 		MaxScannedPerTick:   DefaultMaxScannedPerTick,
 		MaxTrackedAgents:    DefaultMaxTrackedAgents,
@@ -125,6 +133,7 @@ var (
 	IntervalRange            = Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
 	PageSizeRange            = Range[int]{Min: 1, Max: 10_000}
 	MaxConcurrencyRange      = Range[int]{Min: 1, Max: 1024}
+	ArchiveBatchRange        = Range[int]{Min: 0, Max: is.MaxBatch}
 	MaxArchivesPerTickRange  = Range[int]{Min: 1, Max: 1_000_000}
 	MaxScannedPerTickRange   = Range[int]{Min: 1, Max: 100_000_000}
 	MaxTrackedAgentsRange    = Range[int]{Min: 1, Max: 100_000_000}
@@ -158,6 +167,7 @@ func (c Config) Validate() error {
 		check("interval", c.Interval, IntervalRange),
 		check("page_size", c.PageSize, PageSizeRange),
 		check("max_concurrency", c.MaxConcurrency, MaxConcurrencyRange),
+		check("archive_batch", c.ArchiveBatch, ArchiveBatchRange),
 		check("max_archives_per_tick", c.MaxArchivesPerTick, MaxArchivesPerTickRange),
 		check("max_scanned_per_tick", c.MaxScannedPerTick, MaxScannedPerTickRange),
 		check("max_tracked_agents", c.MaxTrackedAgents, MaxTrackedAgentsRange),
@@ -178,6 +188,7 @@ func (c Config) clamped() Config {
 	c.Interval = max(cmp.Or(c.Interval, DefaultInterval), MinInterval)
 	c.PageSize = cmp.Or(c.PageSize, DefaultPageSize)
 	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, DefaultMaxConcurrency)
+	c.ArchiveBatch = min(cmp.Or(c.ArchiveBatch, c.PageSize), ArchiveBatchRange.Max)
 	c.MaxArchivesPerTick = cmp.Or(c.MaxArchivesPerTick, DefaultMaxArchivesPerTick)
 	c.MaxScannedPerTick = cmp.Or(c.MaxScannedPerTick, DefaultMaxScannedPerTick)
 	c.MaxTrackedAgents = cmp.Or(c.MaxTrackedAgents, DefaultMaxTrackedAgents)

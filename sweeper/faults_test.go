@@ -270,13 +270,13 @@ func TestRun_ShutdownCutsAnAgentUnderWayAfterTheGrace(t *testing.T) {
 
 func TestRun_ShutdownLetsAnAgentUnderWayFinishWithinTheGrace(t *testing.T) {
 	cfg := config()
-	cfg.Interval, cfg.ShutdownGrace, cfg.MaxConcurrency = sweeper.MinInterval, time.Hour, 1
+	cfg.Interval, cfg.ShutdownGrace, cfg.MaxConcurrency, cfg.ArchiveBatch = sweeper.MinInterval, time.Hour, 1, 1
 	ctx, cancel := context.WithCancel(t.Context())
 	release := make(chan struct{})
 	var armed atomic.Bool
 	var stalled sync.Once
 	st := is.Intercept(memory.New(), func(c context.Context, op is.Operation, do func(context.Context) error) error {
-		if op == is.OpDropPrefix && armed.Load() {
+		if (op == is.OpDropPrefix || op == is.OpDropPrefixMany) && armed.Load() {
 			stalled.Do(func() {
 				cancel()  // SIGTERM once the first agent's entries are below, before its drop
 				<-release // the store answers only after shutdown began
@@ -610,7 +610,7 @@ func TestSweep_AReusedIndexIsIntegrityFailed(t *testing.T) {
 func TestNew_TheZeroConfigIsTheDefaults(t *testing.T) {
 	e := newEnv(t, sweeper.Config{})
 	want := sweeper.DefaultConfig()
-	want.Enabled, want.MaxAgentDuration = false, want.MaxTickDuration
+	want.Enabled, want.MaxAgentDuration, want.ArchiveBatch = false, want.MaxTickDuration, want.PageSize
 	if got := e.sw.Config(); got != want {
 		t.Fatalf("Config() = %+v; want %+v", got, want)
 	}

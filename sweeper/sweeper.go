@@ -672,16 +672,17 @@ type archived struct {
 	current oplog.Index // the last index the archive step found, when it declined a moved-on agent
 }
 
-// archiveAll archives the candidates, at most MaxConcurrency at once. Shutdown and the deadline stop
-// new agents from starting; an agent under way runs under stepBase (which outlives shutdown by the
-// grace) and its own MaxAgentDuration.
+// archiveAll archives the candidates in batches of ArchiveBatch, at most MaxConcurrency batches at
+// once. Shutdown and the deadline stop new batches from starting; a batch under way runs under
+// stepBase (which outlives shutdown by the grace) and its own MaxAgentDuration.
 func (s *Sweeper) archiveAll(t *tick, r *route, cands []candidate, rr *RouteReport) {
-	results := make(chan archived, len(cands))
+	batches := slices.Collect(slices.Chunk(cands, s.cfg.ArchiveBatch))
+	results := make(chan []archived, len(batches))
 	slots := make(chan struct{}, s.cfg.MaxConcurrency)
 	var wg sync.WaitGroup
 	started := 0
 dispatch:
-	for _, c := range cands {
+	for _, batch := range batches {
 		select {
 		case slots <- struct{}{}:
 		case <-t.ctx.Done():
@@ -690,114 +691,172 @@ dispatch:
 			rr.Truncated = reason
 			break dispatch
 		}
-		started++
-		s.progress(func(p *Progress) { p.Started++ })
+		started += len(batch)
+		s.progress(func(p *Progress) { p.Started += len(batch) })
 		wg.Go(func() {
 			defer func() { <-slots }()
-			stepCtx, cancel := context.WithTimeout(t.stepBase, s.cfg.MaxAgentDuration)
+			batchCtx, cancel := context.WithTimeout(t.stepBase, s.cfg.MaxAgentDuration)
 			defer cancel()
-			results <- s.archive(stepCtx, r, c)
-			s.progress(func(p *Progress) { p.Done++ })
+			results <- s.archiveBatch(batchCtx, r, batch)
+			s.progress(func(p *Progress) { p.Done += len(batch) })
 		})
 	}
 	wg.Wait()
 	close(results)
 	// Whatever the stop left unstarted is carried to the next tick, ahead of new work.
 	r.pending = append(slices.Clone(cands[started:]), r.pending...)
-	for res := range results {
-		rr.Outcomes[res.outcome]++
-		switch res.outcome {
-		case OutcomeArchived:
-			rr.Moved += res.drained.Moved
-			rr.Bytes += res.drained.Bytes
-			rr.Archived = append(rr.Archived, res.agent)
-			s.tracked.forget(r.id, res.key)
-			if s.opts.OnDrained != nil {
-				s.opts.OnDrained(res.agent, r.Mode)
-			}
-		case OutcomeArchiveFailed, OutcomeIntegrityFailed:
-			rr.Errors++
-		case OutcomeDeclined:
-			if res.current == 0 {
-				s.tracked.forget(r.id, res.key)
-			} else {
-				// Stamped with the pass this tick scanned in, never the (possibly earlier) pass that
-				// queued the candidate: the gate then needs a sighting from a later pass, as for any
-				// agent seen for the first time.
-				s.tracked.update(r.id, res.key, sighting{index: res.current, pass: r.scanned})
-			}
+	for batch := range results {
+		for _, res := range batch {
+			s.record(r, rr, res)
 		}
 	}
 }
 
-// archive drains one agent under ctx, which bounds every storage call it makes. A step cut by ctx is
-// safe: the archive step converges from wherever it stopped, on a later pass.
-func (s *Sweeper) archive(ctx context.Context, r *route, c candidate) archived {
-	res := archived{candidate: c}
-	if s.opts.Residency != nil && s.opts.Residency(c.agent) {
-		// Picked up by the executor since the scan.
-		res.outcome = OutcomeResident
-		return res
-	}
-	failed := func(what string, err error) archived {
-		s.log.Warn("sweep archive failed; the agent stays tracked and is tried again on a later pass",
-			"route", r.Name, "agent", c.agent.Key(), "call", what, "err", err, "cut", ctx.Err() != nil)
-		res.outcome = failure(err)
-		return res
-	}
-	if s.opts.Locker != nil {
-		unlock, ok, err := s.opts.Locker.TryLock(ctx, c.agent, r.Mode)
-		if err != nil {
-			return failed("lock", err)
+// record counts one agent's archive in the route's report and tracking table.
+func (s *Sweeper) record(r *route, rr *RouteReport, res archived) {
+	rr.Outcomes[res.outcome]++
+	switch res.outcome {
+	case OutcomeArchived:
+		rr.Moved += res.drained.Moved
+		rr.Bytes += res.drained.Bytes
+		rr.Archived = append(rr.Archived, res.agent)
+		s.tracked.forget(r.id, res.key)
+		if s.opts.OnDrained != nil {
+			s.opts.OnDrained(res.agent, r.Mode)
 		}
-		if !ok {
-			res.outcome, res.current = OutcomeDeclined, c.index
-			return res
+	case OutcomeArchiveFailed, OutcomeIntegrityFailed:
+		rr.Errors++
+	case OutcomeDeclined:
+		if res.current == 0 {
+			s.tracked.forget(r.id, res.key)
+		} else {
+			// Stamped with the pass this tick scanned in, never the (possibly earlier) pass that
+			// queued the candidate: the gate then needs a sighting from a later pass, as for any
+			// agent seen for the first time.
+			s.tracked.update(r.id, res.key, sighting{index: res.current, pass: r.scanned})
 		}
-		defer unlock()
 	}
+}
+
+// archiveBatch archives one batch of agents under ctx, which bounds every storage call it makes. Per
+// agent, first what needs no storage or only the agent's own: residency, the Locker (a busy agent is
+// declined, the rest go on), and on the durable route the idle signal and the whole stack's last index.
+// Then the agents left are drained together (Stack.DrainSeenMany, or DrainMany under the durable
+// route's locks), and each gets its own outcome. A batch cut by ctx is safe: the archive step converges
+// from wherever each agent stopped, on a later pass.
+func (s *Sweeper) archiveBatch(ctx context.Context, r *route, batch []candidate) []archived {
+	out := make([]archived, len(batch))
+	var draining []int // positions in batch of the agents the drain takes
+	for i, c := range batch {
+		out[i].candidate = c
+		if s.opts.Residency != nil && s.opts.Residency(c.agent) {
+			out[i].outcome = OutcomeResident // picked up by the executor since the scan
+			continue
+		}
+		if s.opts.Locker != nil {
+			unlock, ok, err := s.opts.Locker.TryLock(ctx, c.agent, r.Mode)
+			switch {
+			case err != nil:
+				out[i] = s.failed(ctx, r, out[i], "lock", err)
+				continue
+			case !ok:
+				out[i].outcome, out[i].current = OutcomeDeclined, c.index
+				continue
+			}
+			defer unlock()
+		}
+		if r.Mode == oplog.Durable {
+			if declined, ok := s.durableRecheck(ctx, r, c); !ok {
+				out[i] = declined
+				continue
+			}
+		}
+		draining = append(draining, i)
+	}
+	if len(draining) == 0 {
+		return out
+	}
+	var drained []oplog.DrainResult
 	var err error
 	if r.Mode == oplog.Durable {
-		// Under the Locker nothing writes the agent until the drain ends: the gate is re-checked once,
-		// over the whole stack, and the stack drained to the bottom.
-		if !s.idle(c.agent, s.opts.Now()) {
-			res.outcome, res.current = OutcomeDeclined, c.index // active again since the scan
-			return res
+		// Under the Locker nothing writes these agents until the drain ends: the stack is drained
+		// to the bottom.
+		agents := make([]oplog.AgentID, len(draining))
+		for k, i := range draining {
+			agents[k] = batch[i].agent
 		}
-		last, exists, lerr := s.stack.LastIndex(ctx, c.agent, r.Mode)
-		switch {
-		case lerr != nil:
-			return failed("read last index", lerr)
-		case !exists:
-			res.outcome = OutcomeDeclined // gone
-			return res
-		case last != c.index:
-			res.outcome, res.current = OutcomeDeclined, last // moved on since the gate
-			return res
-		}
-		res.drained, err = s.stack.Drain(ctx, c.agent, r.Mode)
+		drained, err = s.stack.DrainMany(ctx, r.Mode, agents)
 	} else {
-		// The drain re-checks the gate with its first read: the layer's last index, read with the
-		// agent's first chunk, must still be the one the gate saw.
-		res.drained, err = s.stack.DrainSeen(ctx, c.agent, r.Mode, r.Level, c.index)
+		// The drain re-checks the gate with its first read: each agent's last index in the layer,
+		// read with its first chunk, must still be the one the gate saw.
+		seen := make([]oplog.Seen, len(draining))
+		for k, i := range draining {
+			seen[k] = oplog.Seen{Agent: batch[i].agent, Index: batch[i].index}
+		}
+		drained, err = s.stack.DrainSeenMany(ctx, r.Mode, r.Level, seen)
 	}
+	for k, i := range draining {
+		if err != nil {
+			out[i] = s.failed(ctx, r, out[i], "drain", err)
+			continue
+		}
+		out[i] = s.settle(ctx, r, out[i], drained[k])
+	}
+	return out
+}
+
+// durableRecheck is the durable route's gate, asked again under the agent's lock: the agent must
+// still be idle, and the whole stack's last index still the one the gate saw. It returns the outcome
+// of an agent that does not pass, and false.
+func (s *Sweeper) durableRecheck(ctx context.Context, r *route, c candidate) (archived, bool) {
+	res := archived{candidate: c}
+	if !s.idle(c.agent, s.opts.Now()) {
+		res.outcome, res.current = OutcomeDeclined, c.index // active again since the scan
+		return res, false
+	}
+	last, exists, err := s.stack.LastIndex(ctx, c.agent, r.Mode)
+	switch {
+	case err != nil:
+		return s.failed(ctx, r, res, "read last index", err), false
+	case !exists:
+		res.outcome = OutcomeDeclined // gone
+		return res, false
+	case last != c.index:
+		res.outcome, res.current = OutcomeDeclined, last // moved on since the gate
+		return res, false
+	}
+	return res, true
+}
+
+// failed is the outcome of an agent whose archive failed at a storage call.
+func (s *Sweeper) failed(ctx context.Context, r *route, res archived, what string, err error) archived {
+	s.log.Warn("sweep archive failed; the agent stays tracked and is tried again on a later pass",
+		"route", r.Name, "agent", res.agent.Key(), "call", what, "err", err, "cut", ctx.Err() != nil)
+	res.outcome = failure(err)
+	return res
+}
+
+// settle is the outcome of an agent the batch drained, from what its drain did.
+func (s *Sweeper) settle(ctx context.Context, r *route, res archived, d oplog.DrainResult) archived {
+	res.drained = d.Drained
+	err := d.Err
 	var movedOn *oplog.MovedOnError
 	switch {
 	case errors.As(err, &movedOn):
 		res.outcome, res.current = OutcomeDeclined, movedOn.Last // moved on since the gate
 	case errors.Is(err, oplog.ErrStepCap):
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
-			"agent", c.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
+			"agent", res.agent.Key(), "hops", s.stack.MaxHops(), "err", err)
 		res.outcome = failure(err)
 	case errors.Is(err, oplog.ErrIntegrity):
 		// No later pass can fix this by itself: the executor wrote indices an earlier lifetime of the
 		// agent already archived (ErrIndexReused), or a stored chunk fails its checksum. Nothing was
 		// moved or dropped past it; the entries wait for an operator.
 		s.log.Error("sweep cannot archive an agent whose stored data fails an integrity check (reused indices, "+
-			"a corrupt chunk); its entries stay where they are", "route", r.Name, "agent", c.agent.Key(), "err", err)
+			"a corrupt chunk); its entries stay where they are", "route", r.Name, "agent", res.agent.Key(), "err", err)
 		res.outcome = failure(err)
 	case err != nil:
-		return failed("drain", err)
+		return s.failed(ctx, r, res, "drain", err)
 	case !res.drained.Finished(r.Level):
 		// Another drain moved the entries the gate saw out of the route's layer first: the executor's
 		// own teardown drain since the gate, or another sidecar during a hand-off, whether before this

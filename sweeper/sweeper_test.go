@@ -278,7 +278,7 @@ func TestSweep_EachBudgetTruncatesAndTheNextTickFinishes(t *testing.T) {
 	}
 	t.Run("max_concurrency", func(t *testing.T) {
 		cfg := config()
-		cfg.MaxConcurrency = 2
+		cfg.MaxConcurrency, cfg.ArchiveBatch = 2, 1
 		locker := &countingLocker{busy: map[oplog.AgentID]bool{}}
 		locker.during = func() { time.Sleep(time.Millisecond) } // widen the window in which agents overlap
 		e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) { o.Locker = locker }))
@@ -286,6 +286,18 @@ func TestSweep_EachBudgetTruncatesAndTheNextTickFinishes(t *testing.T) {
 		sweepUntilDrained(e, agents, 5)
 		if locker.maxHeld > 2 {
 			t.Fatalf("%d agents archived at once with max_concurrency 2", locker.maxHeld)
+		}
+	})
+	t.Run("archive_batch", func(t *testing.T) {
+		// One batch at a time, of 3: a batch's agents are locked together, until its drain ends.
+		cfg := config()
+		cfg.MaxConcurrency, cfg.ArchiveBatch = 1, 3
+		locker := &countingLocker{busy: map[oplog.AgentID]bool{}}
+		e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) { o.Locker = locker }))
+		agents := strandMany(e, 10)
+		sweepUntilDrained(e, agents, 5)
+		if locker.maxHeld != 3 {
+			t.Fatalf("%d agents archived at once with archive_batch 3 and max_concurrency 1, want 3", locker.maxHeld)
 		}
 	})
 }
@@ -399,7 +411,7 @@ func TestSweep_DurableOplogsAreNeverTouched(t *testing.T) {
 
 func TestSweep_CancellingMidArchiveFinishesTheAgentInHandThenStops(t *testing.T) {
 	cfg := config()
-	cfg.MaxConcurrency = 1
+	cfg.MaxConcurrency, cfg.ArchiveBatch = 1, 1
 	ctx, cancel := context.WithCancel(t.Context())
 	var locked atomic.Int32
 	locker := &countingLocker{busy: map[oplog.AgentID]bool{}, during: func() {
