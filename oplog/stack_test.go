@@ -141,6 +141,10 @@ func TestStack_TheZeroValueIsRefusedByEveryMethodWithoutPanic(t *testing.T) {
 					args[j] = reflect.ValueOf(1)
 				case reflect.TypeFor[oplog.Index]():
 					args[j] = reflect.ValueOf(oplog.Index(1))
+				case reflect.TypeFor[[]oplog.AgentID]():
+					args[j] = reflect.ValueOf([]oplog.AgentID{agent})
+				case reflect.TypeFor[[]oplog.Seen]():
+					args[j] = reflect.ValueOf([]oplog.Seen{{Agent: agent, Index: 1}})
 				default:
 					t.Fatalf("%s: Stack.%s takes a %s this test does not know how to make", name, m.Name, in)
 				}
