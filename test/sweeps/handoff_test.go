@@ -3,6 +3,8 @@ package sweeps_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +76,33 @@ func (h *handOff) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (
 		h.meet.meet(ctx, "drop "+key)
 	}
 	return h.Storage.DropPrefix(ctx, ns, key, upTo)
+}
+
+// ClosestLastMany and DropPrefixMany meet as the per-key forms do, once a batch: both sidecars' batches
+// hold the same agents (all of them fit one), in whatever order their walks found them.
+func (h *handOff) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	out, err := is.ClosestLastMany(ctx, h.Storage, ns, reqs)
+	if ns == h.ns {
+		h.meet.meet(ctx, "read "+batchKeys(reqs))
+	}
+	return out, err
+}
+
+func (h *handOff) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	if ns == h.ns {
+		h.meet.meet(ctx, "drop "+batchKeys(reqs))
+	}
+	return is.DropPrefixMany(ctx, h.Storage, ns, reqs)
+}
+
+// batchKeys names a batch by its keys, sorted.
+func batchKeys(reqs []is.KeyID) string {
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ",")
 }
 
 // Two sidecars that both own the same shards during a hand-off drain the same stranded agents at
