@@ -281,6 +281,8 @@ func URL(tb testing.TB, st is.Storage) string {
 	switch st := st.(type) {
 	case *sqlite.Store:
 		return "sqlite://" + st.Path()
+	case *multisqlite.Store:
+		return "multisqlite://" + st.Dir()
 	case *postgres.Store:
 		return testenv.WithQuery(tb, testenv.PostgresURL(tb), "schema", st.Schema())
 	case *redis.Store:

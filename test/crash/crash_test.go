@@ -93,6 +93,19 @@ func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
 		u := backendtest.URL(t, st)
 		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u, u, iterations)
 	})
+	// The scheduled rows of the stores without a schedule store of their own live in a SQLite file.
+	t.Run("multisqlite", func(t *testing.T) {
+		st := backendtest.MultiSQLite().Open(t)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), backendtest.URL(t, st), scheduleFile(t), iterations)
+	})
+	t.Run("redis", func(t *testing.T) {
+		st := backendtest.Redis().Open(t)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), backendtest.URL(t, st), scheduleFile(t), iterations)
+	})
+}
+
+func scheduleFile(t *testing.T) string {
+	return "sqlite://" + filepath.Join(t.TempDir(), "schedule.db")
 }
 
 func crashBlobs(t *testing.T) *fsblob.Store {
@@ -312,15 +325,17 @@ func crashCheckAgent(ctx context.Context, l *oplogtest.Layers, a oplog.AgentID) 
 }
 
 // writeCrashConfig writes the binary's config: the sweep ticks by itself every 100 ms (the smallest
-// interval), archiving one agent per tick, so that however fast the machine, a process archives only
-// a few agents in the ≤ 500 ms it lives and the work outlasts most of the kills; the residency feed
-// never goes stale during the test.
+// interval), archiving one batch of four agents per tick (a kill inside a batch cuts four drains at
+// once, at whichever round each is in), so that however fast the machine, a process archives only a
+// few agents in the ≤ 500 ms it lives and the work outlasts most of the kills; the residency feed never
+// goes stale during the test.
 func writeCrashConfig(t *testing.T, storageURL, scheduleURL, blobDir string) string {
 	t.Helper()
 	return strataproc.WriteConfig(t, t.TempDir(), storageURL, scheduleURL, "fs://"+blobDir, `[sweep]
 interval = "100ms"
 max_concurrency = 1
-max_archives_per_tick = 1
+max_archives_per_tick = 4
+archive_batch = 4
 [residency]
 ttl = "1h"
 `)
