@@ -428,9 +428,26 @@ func (f *fixture) callEverything(ns, key, prefix string) map[string]error {
 	_, _, _, _, errs["ClosestLast"] = is.ClosestLast(ctx, f.st, ns, key, 1)
 	_, errs["DropPrefix"] = f.st.DropPrefix(ctx, ns, key, 1)
 	errs["Delete"] = f.st.Delete(ctx, ns, key)
+	// The batch forms, of one key: the call's error, or (the per-key fallback) its one part's.
+	reqs := []is.KeyID{{Key: key, ID: 1}}
+	reads, err := is.ClosestLastMany(ctx, f.st, ns, reqs)
+	errs["ClosestLastMany"] = batchErr(err, len(reads), func(i int) error { return reads[i].Err })
+	drops, err := is.DropPrefixMany(ctx, f.st, ns, reqs)
+	errs["DropPrefixMany"] = batchErr(err, len(drops), func(i int) error { return drops[i].Err })
 	_, _, errs["Scan"] = f.st.Scan(ctx, ns, prefix, 0, 10)
 	_, errs["ScanStable"] = f.st.ScanStable(ctx, ns, is.PrefixRange(prefix), is.Resume{}, 10)
 	return errs
+}
+
+// batchErr is what a batch call of one key returned: the call's error, else its part's.
+func batchErr(err error, results int, partErr func(i int) error) error {
+	switch {
+	case err != nil:
+		return err
+	case results != 1:
+		return fmt.Errorf("a batch of one key returned %d results", results)
+	}
+	return partErr(0)
 }
 
 // requireInvalidEverywhere checks every operation rejects the bad namespace or key.

@@ -66,6 +66,20 @@ var indexCalls = []call{
 	}},
 }
 
+// batchCalls are the batch operations, each of one key, on a backend that has them (is.BatchReader,
+// is.BatchDropper): their call's own errors name the namespace and no key (a key's own failure is its
+// part's Err, named by its key: the poisoned checks see to those).
+var batchCalls = []call{
+	{is.OpClosestLastMany, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, err := st.(is.BatchReader).ClosestLastMany(ctx, ns, []is.KeyID{{Key: key, ID: 1}})
+		return err
+	}},
+	{is.OpDropPrefixMany, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, err := st.(is.BatchDropper).DropPrefixMany(ctx, ns, []is.KeyID{{Key: key, ID: 1}})
+		return err
+	}},
+}
+
 // scanCalls are the walks of a namespace; key is unused (their errors name no index).
 var scanCalls = []call{
 	{is.OpScan, func(ctx context.Context, st is.Storage, ns, _ string) error {
@@ -116,11 +130,17 @@ func testErrorShape(t *testing.T, h Harness) {
 	})
 }
 
-// callsOf lists the operations st has: ClosestLast only on an is.ClosestLastReader.
+// callsOf lists the operations st has: ClosestLast only on an is.ClosestLastReader, the batch forms
+// only on an is.BatchReader and an is.BatchDropper (the per-key fallbacks' errors are the per-key
+// operations', checked as such).
 func callsOf(st is.Storage) []call {
 	var calls []call
-	for _, c := range slices.Concat(indexCalls, scanCalls) {
-		if _, ok := st.(is.ClosestLastReader); c.op == is.OpClosestLast && !ok {
+	for _, c := range slices.Concat(indexCalls, scanCalls, batchCalls) {
+		_, closestLast := st.(is.ClosestLastReader)
+		_, reader := st.(is.BatchReader)
+		_, dropper := st.(is.BatchDropper)
+		if (c.op == is.OpClosestLast && !closestLast) || (c.op == is.OpClosestLastMany && !reader) ||
+			(c.op == is.OpDropPrefixMany && !dropper) {
 			continue
 		}
 		calls = append(calls, c)
@@ -128,9 +148,10 @@ func callsOf(st is.Storage) []call {
 	return calls
 }
 
-// keyOf is the key an error of c names: none for a scan.
+// keyOf is the key an error of c names: none for a scan, nor for a batch's call.
 func keyOf(c call, key string) string {
-	if c.op == is.OpScan || c.op == is.OpScanStable {
+	switch c.op {
+	case is.OpScan, is.OpScanStable, is.OpClosestLastMany, is.OpDropPrefixMany:
 		return ""
 	}
 	return key

@@ -26,6 +26,12 @@ import (
 //
 // Every operation touches one index, so histories are checked per key. Values are derived from the key
 // and id, so the model is the ids alone; every value read is checked where it is read.
+//
+// A batch (is.ClosestLastMany, is.DropPrefixMany: DESIGN §13) is not atomic across keys; each key's
+// part is linearizable on its own. So a batch is recorded as its per-key operations, each with the
+// batch's call and return: a part of a batch read is a ClosestLast where the backend claims one
+// instant for it (an is.BatchReader, or an is.ClosestLastReader under the fallback), else a LastID and
+// a Closest, the fallback's two calls.
 
 const (
 	linClients = 4
@@ -54,10 +60,11 @@ const (
 var linOpNames = [...]string{"Exists", "Append", "AppendMany", "Length", "Read", "First", "Last", "LastID", "Closest", "ClosestLast", "DropPrefix", "Delete"}
 
 type linInput struct {
-	key  string
-	kind linOpKind
-	ids  []uint64 // Append: one; AppendMany: several
-	a, b uint64   // Read: from, to; Closest: id; DropPrefix: upTo
+	key   string
+	kind  linOpKind
+	batch int      // the number of keys of the batch this is a part of; 0 for a call of its own
+	ids   []uint64 // Append: one; AppendMany: several
+	a, b  uint64   // Read: from, to; Closest: id; DropPrefix: upTo
 }
 
 type linOutput struct {
@@ -189,7 +196,11 @@ var linModel = porcupine.Model{
 		case linDelete:
 			res = "ok"
 		}
-		return fmt.Sprintf("%s %s(%s) → %s", in.key, linOpNames[in.kind], args, res)
+		name := linOpNames[in.kind]
+		if in.batch > 0 {
+			name += fmt.Sprintf(" (a part of a batch of %d)", in.batch)
+		}
+		return fmt.Sprintf("%s %s(%s) → %s", in.key, name, args, res)
 	},
 	DescribeState: func(state any) string { return fmt.Sprint([]uint64(state.(linState))) },
 }
@@ -256,6 +267,81 @@ func (c *linClient) input() linInput {
 		in.kind = linDelete
 	}
 	return in
+}
+
+// batch is a batch call of the client's: a read or a drop of one key or all, in a random order, each
+// key with its own id or bound.
+func (c *linClient) batch() (read bool, reqs []is.KeyID) {
+	read = c.rng.IntN(2) == 0
+	keys := slices.Clone(c.keys)
+	c.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	keys = keys[:1+c.rng.IntN(len(keys))]
+	top := c.nextID.Load()
+	for _, k := range keys {
+		id := 1 + c.rng.Uint64N(top+2)
+		if !read && c.rng.IntN(5) == 0 {
+			id = ^uint64(0)
+		}
+		reqs = append(reqs, is.KeyID{Key: k, ID: id})
+	}
+	return read, reqs
+}
+
+// linRunBatch runs one batch against st and returns its parts as per-key operations (oneInstant: a
+// read's part is a ClosestLast, else a LastID and a Closest), or an error that fails the check: the
+// call's or a part's, or a value that is not the one written.
+func (f *fixture) linRunBatch(st is.Storage, read, oneInstant bool, reqs []is.KeyID) ([]linInput, []linOutput, error) {
+	var ins []linInput
+	var outs []linOutput
+	n := len(reqs)
+	if !read {
+		res, err := is.DropPrefixMany(f.ctx, st, ns, reqs)
+		if err == nil && len(res) != n {
+			err = fmt.Errorf("%d results for %d keys", len(res), n)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("DropPrefixMany(%v): %w", reqs, err)
+		}
+		for i, r := range res {
+			if r.Err != nil {
+				return nil, nil, fmt.Errorf("DropPrefixMany, key %q: %w", reqs[i].Key, r.Err)
+			}
+			ins = append(ins, linInput{key: reqs[i].Key, kind: linDropPrefix, a: reqs[i].ID, batch: n})
+			outs = append(outs, linOutput{n: r.Dropped})
+		}
+		return ins, outs, nil
+	}
+	res, err := is.ClosestLastMany(f.ctx, st, ns, reqs)
+	if err == nil && len(res) != n {
+		err = fmt.Errorf("%d results for %d keys", len(res), n)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("ClosestLastMany(%v): %w", reqs, err)
+	}
+	for i, r := range res {
+		k, id := reqs[i].Key, reqs[i].ID
+		switch {
+		case r.Err != nil:
+			return nil, nil, fmt.Errorf("ClosestLastMany, key %q: %w", k, r.Err)
+		case r.Exists != (r.Last != 0):
+			return nil, nil, fmt.Errorf("ClosestLastMany, key %q: last id %d with exists %v", k, r.Last, r.Exists)
+		case r.Found && !slices.Equal(r.Entry.Value, value(k, r.Entry.ID)):
+			return nil, nil, fmt.Errorf("ClosestLastMany, key %q id %d: value %q, want %q", k, r.Entry.ID, r.Entry.Value, value(k, r.Entry.ID))
+		}
+		found := linOutput{ok: r.Found}
+		if r.Found {
+			found.n = r.Entry.ID
+		}
+		if oneInstant {
+			found.last = r.Last
+			ins = append(ins, linInput{key: k, kind: linClosestLast, a: id, batch: n})
+			outs = append(outs, found)
+			continue
+		}
+		ins = append(ins, linInput{key: k, kind: linLastID, batch: n}, linInput{key: k, kind: linClosest, a: id, batch: n})
+		outs = append(outs, linOutput{ok: r.Exists, n: r.Last}, found)
+	}
+	return ins, outs, nil
 }
 
 // linRun runs one operation against st and returns its output, or an error that fails the check: any
@@ -330,11 +416,26 @@ func (f *fixture) history(n int, seed uint64) ([]porcupine.Operation, error) {
 	ops := make([][]porcupine.Operation, linClients)
 	errs := make([]error, linClients)
 	var wg sync.WaitGroup
+	_, closestLast := f.st.(is.ClosestLastReader)
+	_, batchReader := f.st.(is.BatchReader)
 	for c := range linClients {
-		_, closestLast := f.st.(is.ClosestLastReader)
 		client := &linClient{rng: rand.New(rand.NewPCG(seed, uint64(c))), keys: keys, nextID: &nextID, closestLast: closestLast}
 		wg.Go(func() {
 			for range linOps {
+				if client.rng.IntN(8) == 0 {
+					read, reqs := client.batch()
+					call := clock.Add(1)
+					ins, outs, err := f.linRunBatch(f.st, read, closestLast || batchReader, reqs)
+					ret := clock.Add(1)
+					if err != nil {
+						errs[c] = err
+						return
+					}
+					for i := range ins {
+						ops[c] = append(ops[c], porcupine.Operation{ClientId: c, Input: ins[i], Call: call, Output: outs[i], Return: ret})
+					}
+					continue
+				}
 				in := client.input()
 				call := clock.Add(1)
 				out, err := f.linRun(f.st, in)

@@ -65,11 +65,25 @@ func inRange(r is.KeyRange, k string) bool {
 	return k >= r.Start && (r.End == "" || k < r.End)
 }
 
-// mutate applies one random change to both the backend and the model, and reports the key it
-// touched and whether that key is present afterwards.
-func (m *model) mutate() (key string, present bool) {
+// touched is a key a mutation changed, and whether it is present afterwards.
+type touched struct {
+	key     string
+	present bool
+}
+
+// mutate applies one random change to both the backend and the model, and reports the keys it touched
+// and whether each is present afterwards. One change in eight is a batch (DESIGN §13): a batch drop,
+// applied to the model as its per-key drops, or a batch read checked against the model.
+func (m *model) mutate() []touched {
+	switch m.rng.IntN(8) {
+	case 0:
+		return m.batchDrop()
+	case 1:
+		m.batchRead()
+		return nil
+	}
 	f := m.f
-	key = m.randomKey()
+	key := m.randomKey()
 	if m.count[key] == 0 || m.rng.IntN(2) == 0 {
 		n := 1 + m.rng.IntN(2)
 		for range n {
@@ -78,7 +92,7 @@ func (m *model) mutate() (key string, present bool) {
 			m.nextID++
 		}
 		m.count[key] += n
-		return key, true
+		return []touched{{key, true}}
 	}
 	switch m.rng.IntN(4) {
 	case 0:
@@ -93,11 +107,89 @@ func (m *model) mutate() (key string, present bool) {
 			f.dropPrefix(modelNS, key, m.last[key]-1)
 			m.count[key] = 1
 		}
-		return key, true
+		return []touched{{key, true}}
 	}
 	delete(m.last, key)
 	delete(m.count, key)
-	return key, false
+	return []touched{{key, false}}
+}
+
+// batchKeys picks one to four distinct random keys, present or not.
+func (m *model) batchKeys() []string {
+	var keys []string
+	for range 1 + m.rng.IntN(4) {
+		if k := m.randomKey(); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// batchDrop drops a prefix of a few keys in one DropPrefixMany, each bound one the model can follow (all,
+// up to the last id, all but the last entry, nothing), and checks each key's count.
+func (m *model) batchDrop() []touched {
+	f := m.f
+	keys := m.batchKeys()
+	reqs := make([]is.KeyID, len(keys))
+	want := make([]uint64, len(keys))
+	out := make([]touched, len(keys))
+	for i, k := range keys {
+		reqs[i].Key = k
+		count, last := uint64(m.count[k]), m.last[k]
+		switch m.rng.IntN(4) {
+		case 0:
+			reqs[i].ID, want[i] = math.MaxUint64, count
+		case 1:
+			reqs[i].ID, want[i] = last, count // 0 for a missing key: drops nothing
+		case 2:
+			if count > 1 {
+				reqs[i].ID, want[i] = last-1, count-1
+			}
+		default:
+			reqs[i].ID = 0 // below every id: drops nothing
+		}
+		if want[i] == count && count > 0 {
+			delete(m.last, k)
+			delete(m.count, k)
+		} else if want[i] > 0 {
+			m.count[k] -= int(want[i])
+		}
+		_, present := m.last[k]
+		out[i] = touched{k, present}
+	}
+	counts := f.dropPrefixMany(modelNS, reqs)
+	for i, r := range reqs {
+		if counts[i] != want[i] {
+			f.t.Fatalf("DropPrefixMany: %q (part %d of %d) up to %d dropped %d, the model says %d", r.Key, i, len(reqs), r.ID, counts[i], want[i])
+		}
+	}
+	return out
+}
+
+// batchRead reads a few keys in one ClosestLastMany and checks each key's part against the model: its
+// last id, and what Closest finds from 0, from the last id and from above it.
+func (m *model) batchRead() {
+	f := m.f
+	keys := m.batchKeys()
+	reqs := make([]is.KeyID, len(keys))
+	for i, k := range keys {
+		reqs[i] = is.KeyID{Key: k, ID: m.last[k] + uint64(m.rng.IntN(2))}
+		if m.rng.IntN(3) == 0 {
+			reqs[i].ID = 0
+		}
+	}
+	for i, r := range f.closestLastMany(modelNS, reqs) {
+		k, id := reqs[i].Key, reqs[i].ID
+		last, present := m.last[k]
+		wantFound := present && id <= last
+		if r.Exists != present || r.Last != last || r.Found != wantFound || (id == last && r.Found && r.Entry.ID != last) {
+			f.t.Fatalf("ClosestLastMany: %q (part %d of %d) from %d: entry %d found %v, last %d exists %v; the model says last %d exists %v",
+				k, i, len(reqs), id, r.Entry.ID, r.Found, r.Last, r.Exists, last, present)
+		}
+		if r.Found && !slices.Equal(r.Entry.Value, value(k, r.Entry.ID)) {
+			f.t.Fatalf("ClosestLastMany: %q id %d: value %q, want %q", k, r.Entry.ID, r.Entry.Value, value(k, r.Entry.ID))
+		}
+	}
 }
 
 // page is the naive ScanStable: the first count present keys in the range, after the marker.
@@ -207,11 +299,12 @@ func testModel(t *testing.T, h Harness) {
 				}
 				from = page.Next
 				for range m.rng.IntN(4) {
-					key, present := m.mutate()
-					if !present {
-						removed[key] = true
-					} else if inRange(r, key) {
-						everPresent[key] = true
+					for _, c := range m.mutate() {
+						if !c.present {
+							removed[c.key] = true
+						} else if inRange(r, c.key) {
+							everPresent[c.key] = true
+						}
 					}
 				}
 			}

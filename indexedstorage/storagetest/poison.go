@@ -54,6 +54,57 @@ func testPoisoned(t *testing.T, h Harness) {
 		f.requireHealthy(healthy)
 	})
 
+	// A batch over the poisoned index and its neighbours (DESIGN §13): the poisoned key's part answers
+	// or fails on its own, naming that key; every other key's part is read or dropped as if the
+	// poisoned one were not there, those after it included.
+	t.Run("BatchesFailThePoisonedKeyOnly", func(t *testing.T) {
+		f, healthy, poisoned := setup(t)
+		keys := append(slices.Clone(healthy[:len(healthy)/2]), poisoned)
+		keys = append(keys, healthy[len(healthy)/2:]...)
+		reqs := make([]is.KeyID, len(keys))
+		for i, k := range keys {
+			reqs[i] = is.KeyID{Key: k, ID: 0}
+		}
+		var reads []is.ClosestLastResult
+		var err error
+		f.noPanic("ClosestLastMany", poisoned, func() { reads, err = is.ClosestLastMany(f.ctx, f.st, ns, reqs) })
+		if err != nil || len(reads) != len(reqs) {
+			f.t.Fatalf("ClosestLastMany over poisoned %q: %d results for %d keys, %v; a poisoned key fails its own part only",
+				poisoned, len(reads), len(reqs), err)
+		}
+		for i, r := range reads {
+			if keys[i] == poisoned {
+				f.requireReadErrorKind("ClosestLastMany", poisoned, r.Err)
+				continue
+			}
+			if r.Err != nil || !r.Found || r.Entry.ID != 1 || !r.Exists || r.Last != 2 {
+				f.t.Fatalf("ClosestLastMany over poisoned %q: healthy %q (part %d of %d) read entry %d found %v, last %d exists %v, %v; want entry 1, last 2",
+					poisoned, keys[i], i, len(keys), r.Entry.ID, r.Found, r.Last, r.Exists, r.Err)
+			}
+		}
+		for i := range reqs {
+			reqs[i].ID = 1
+		}
+		var drops []is.DropResult
+		f.noPanic("DropPrefixMany", poisoned, func() { drops, err = is.DropPrefixMany(f.ctx, f.st, ns, reqs) })
+		if err != nil || len(drops) != len(reqs) {
+			f.t.Fatalf("DropPrefixMany over poisoned %q: %d results for %d keys, %v; a poisoned key fails its own part only",
+				poisoned, len(drops), len(reqs), err)
+		}
+		for i, d := range drops {
+			if keys[i] == poisoned {
+				f.requireWriteErrorKind("DropPrefixMany", poisoned, d.Err)
+				continue
+			}
+			if d.Err != nil || d.Dropped != 1 {
+				f.t.Fatalf("DropPrefixMany over poisoned %q: healthy %q (part %d of %d) dropped %d, %v; want 1",
+					poisoned, keys[i], i, len(keys), d.Dropped, d.Err)
+			}
+			requireIDs(f.t, f.ids(ns, keys[i]), []uint64{2}, "healthy "+keys[i]+" after a batch drop beside a poisoned index")
+		}
+		f.readPoisoned(poisoned)
+	})
+
 	t.Run("WritesAnswerOrFail", func(t *testing.T) {
 		f, healthy, poisoned := setup(t)
 		var err error

@@ -86,6 +86,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Model", func(t *testing.T) { testModel(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, h) })
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
+	t.Run("Batch", func(t *testing.T) { testBatch(t, h) })
 	t.Run("Linearizable", func(t *testing.T) { testLinearizable(t, h) })
 	t.Run("Poisoned", func(t *testing.T) { testPoisoned(t, h) })
 	t.Run("ErrorShape", func(t *testing.T) { testErrorShape(t, h) })

@@ -26,6 +26,9 @@ func shapeErrors(st *store, b bug) is.Storage {
 
 // storeOf is the reference store under what harness's New returned.
 func storeOf(st is.Storage) *store {
+	if p, ok := st.(perKey); ok {
+		st = p.Storage
+	}
 	if s, ok := st.(shaped); ok {
 		return s.store
 	}
@@ -109,4 +112,25 @@ func (s shaped) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 func (s shaped) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	page, err := s.store.ScanStable(ctx, ns, r, from, count)
 	return page, fail(is.OpScanStable, ns, "", err)
+}
+
+var (
+	_ is.BatchReader  = shaped{}
+	_ is.BatchDropper = shaped{}
+)
+
+func (s shaped) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	res, err := s.store.ClosestLastMany(ctx, ns, reqs)
+	for i := range res {
+		res[i].Err = fail(is.OpClosestLastMany, ns, reqs[i].Key, res[i].Err)
+	}
+	return res, fail(is.OpClosestLastMany, ns, "", err)
+}
+
+func (s shaped) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	res, err := s.store.DropPrefixMany(ctx, ns, reqs)
+	for i := range res {
+		res[i].Err = fail(is.OpDropPrefixMany, ns, reqs[i].Key, res[i].Err)
+	}
+	return res, fail(is.OpDropPrefixMany, ns, "", err)
 }

@@ -71,6 +71,19 @@ func TestReference(t *testing.T) {
 	storagetest.Run(t, harness(""))
 }
 
+// TestReferenceFallback runs the suite on the store with no bug behind perKey, which hides ClosestLast
+// and the batch operations: what is checked then is the per-key fallbacks of is.ClosestLast,
+// is.ClosestLastMany and is.DropPrefixMany, which a backend without those methods relies on.
+func TestReferenceFallback(t *testing.T) {
+	if os.Getenv(envMutant) != "" {
+		t.Skip("inside a mutant's subprocess")
+	}
+	h := harness("")
+	h.New = func(tb testing.TB) is.Storage { return perKey{harness("").New(tb)} }
+	h.Reopen = func(tb testing.TB, st is.Storage) is.Storage { return perKey{harness("").Reopen(tb, st)} }
+	storagetest.Run(t, h)
+}
+
 // TestMutant runs the suite on the mutant STRATA_MUTANT names, as a subtest of that name; it is what
 // TestMutantsAreKilled re-executes the test binary for. Without the variable it skips.
 func TestMutant(t *testing.T) {

@@ -28,6 +28,9 @@ type storage struct {
 	mu      sync.RWMutex // guards the maps, the indexes in them and every handle's closed
 	indexes map[ident]*index
 	lastIDs map[ident]uint64 // the last id of each deleted index, in the lastIDOutlivesDelete mutant
+
+	rowMu sync.Mutex            // guards rows
+	rows  map[ident]*sync.Mutex // each index's row lock, in the batchLocksInRequestOrder mutant
 }
 
 // ident is what the store compares to tell two indexes apart. The reference compares namespace and
@@ -43,7 +46,7 @@ type index struct {
 }
 
 func newStore(b bug) *store {
-	return &store{bug: b, storage: &storage{indexes: map[ident]*index{}, lastIDs: map[ident]uint64{}}}
+	return &store{bug: b, storage: &storage{indexes: map[ident]*index{}, lastIDs: map[ident]uint64{}, rows: map[ident]*sync.Mutex{}}}
 }
 
 // reopen returns a second handle on s's storage, as a restarted process opens the same file.
@@ -147,6 +150,11 @@ func (s *store) update(op, ns, key string, keepEmpty bool, fn func(old []is.Entr
 	if s.closed {
 		return is.ErrClosed
 	}
+	return s.updateLocked(op, ns, key, keepEmpty, fn)
+}
+
+// updateLocked is update's work, under the write lock the caller holds, after validation.
+func (s *store) updateLocked(op, ns, key string, keepEmpty bool, fn func(old []is.Entry) ([]is.Entry, error)) error {
 	id := s.ident(ns, key)
 	x := s.indexes[id]
 	if x != nil && x.poisoned {
@@ -493,16 +501,25 @@ func (s *store) DropPrefix(_ context.Context, ns, key string, upTo uint64) (drop
 	case bugDoubleCountedDrops:
 		return s.dropCountedFirst(ns, key, upTo)
 	}
-	keepEmpty := s.bug == bugEmptiedIndexExists || s.bug == bugEmptiedIndexScanned
-	err = s.update("drop", ns, key, keepEmpty, func(old []is.Entry) ([]is.Entry, error) {
+	err = s.update("drop", ns, key, s.keepsEmpty(), s.drop(upTo, &dropped))
+	return dropped, err
+}
+
+// keepsEmpty reports whether an emptied index stays behind (the emptied-index mutants).
+func (s *store) keepsEmpty() bool {
+	return s.bug == bugEmptiedIndexExists || s.bug == bugEmptiedIndexScanned
+}
+
+// drop is the update of DropPrefix(upTo), which counts what it removes in dropped.
+func (s *store) drop(upTo uint64, dropped *uint64) func(old []is.Entry) ([]is.Entry, error) {
+	return func(old []is.Entry) ([]is.Entry, error) {
 		c := s.cut(old, upTo)
-		dropped = uint64(c)
+		*dropped = uint64(c)
 		if s.bug == bugDropCountsRange && c > 0 {
-			dropped = old[c-1].ID - old[0].ID + 1 // as if ids were dense
+			*dropped = old[c-1].ID - old[0].ID + 1 // as if ids were dense
 		}
 		return slices.Clone(old[c:]), nil
-	})
-	return dropped, err
+	}
 }
 
 // dropRowByRow removes one entry per write lock, letting readers in between.
