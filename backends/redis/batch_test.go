@@ -286,6 +286,7 @@ func TestBatch_WrongTypeKeyFailsAlone(t *testing.T) {
 		for i, k := range keys {
 			if k == poisoned {
 				requireKeyError(got[i].Err)
+				t.Logf("the poisoned key: %v", got[i].Err)
 				if !equalClosestLast(got[i], is.ClosestLastResult{Err: got[i].Err}) {
 					t.Fatalf("a failed part carries a result: %+v", got[i])
 				}
@@ -964,6 +965,30 @@ func TestBatch_LargeBatchIsSeveralScriptsInOneRoundTrip(t *testing.T) {
 		}
 		if trips, sha := c.trips.Load(), c.evalsha.Load(); trips != 1 || sha != 3 {
 			t.Fatalf("a batch of %d keys: %d round trips, %d EVALSHA; want 1 and 3", n, trips, sha)
+		}
+	})
+}
+
+// A batch under a cancelled context sends nothing and fails as a call with the context's error, never
+// ErrTransient (a caller would retry it).
+func TestBatch_CancelledContext(t *testing.T) {
+	eachStore(t, func(t *testing.T, st *redis.Store) {
+		k := is.BucketPrefix(3) + "c:cancel"
+		if err := st.AppendMany(t.Context(), ns, k, []is.Entry{{ID: 1}, {ID: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		reqs := []is.KeyID{{Key: k, ID: 1}, {Key: is.BucketPrefix(4000) + "c:other", ID: 1}}
+		_, err := st.ClosestLastMany(ctx, ns, reqs)
+		requireCallError(t, err, context.Canceled)
+		_, err = st.DropPrefixMany(ctx, ns, reqs)
+		requireCallError(t, err, context.Canceled)
+		if is.IsTransient(err) {
+			t.Fatalf("a cancelled batch: %v, transient", err)
+		}
+		if n, err := st.Length(t.Context(), ns, k); err != nil || n != 2 {
+			t.Fatalf("after a cancelled drop the index holds %d entries (%v), want 2", n, err)
 		}
 	})
 }
