@@ -46,6 +46,12 @@ func TestOpenExisting_ReadsTheLayoutNeverWritesIt(t *testing.T) {
 		if err := st.Delete(ctx, ns, key); !errors.Is(err, is.ErrInvalidArgument) {
 			t.Fatalf("Delete through OpenExisting: %v, want ErrInvalidArgument", err)
 		}
+		if _, err := st.DropPrefixMany(ctx, ns, []is.KeyID{{Key: key, ID: 1}}); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("DropPrefixMany through OpenExisting: %v, want ErrInvalidArgument", err)
+		}
+		if r, err := st.ClosestLastMany(ctx, ns, []is.KeyID{{Key: key, ID: 1}}); err != nil || len(r) != 1 || r[0].Last != 1 {
+			t.Fatalf("ClosestLastMany through OpenExisting: %+v %v", r, err)
+		}
 		if after := testenv.RedisKeys(t, c, prefix); !slices.Equal(before, after) {
 			t.Fatalf("keys after OpenExisting: %q, want %q", after, before)
 		}

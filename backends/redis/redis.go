@@ -20,6 +20,10 @@
 //     set it empties), ZREM from the index set. An Append above the bound is before or after it,
 //     never lost.
 //   - Delete is one script: UNLINK and ZREM.
+//   - ClosestLastMany and DropPrefixMany (is.BatchReader, is.BatchDropper) call the per-key scripts'
+//     Lua functions over many indexes in one script, each key under pcall so that a key of the wrong
+//     type fails alone: one script on one node, one a hash tag (so a slot) on a cluster, all in one
+//     pipeline (batch.go).
 //   - ScanStable walks the index sets of the buckets the range meets (is.RangeBuckets), in bucket
 //     order, and the namespace's unbucketed set beside them, merging the two: every key once, in
 //     ascending byte order, resumed by the last key handed back (ZRANGEBYLEX seeks there), so the
@@ -73,7 +77,10 @@ type Store struct {
 	cluster bool
 	// noScan is set for clients whose SCAN reaches one shard only (cluster, ring).
 	noScan bool
-	wait   WaitOptions
+	// sharded is set for clients whose keys live on several servers (cluster, ring): a script touches
+	// the keys of one hash tag only.
+	sharded bool
+	wait    WaitOptions
 	// readOnly: made by OpenExisting, the Store writes nothing, the layout marker included.
 	readOnly bool
 }
@@ -117,9 +124,9 @@ func New(_ context.Context, client goredis.UniversalClient, opts *Options) (*Sto
 	s := &Store{client: client, prefix: o.Prefix, wait: o.Wait}
 	switch client.(type) {
 	case *goredis.ClusterClient:
-		s.cluster, s.noScan = true, true
+		s.cluster, s.noScan, s.sharded = true, true, true
 	case *goredis.Ring:
-		s.noScan = true
+		s.noScan, s.sharded = true, true
 	}
 	return s, nil
 }
@@ -260,13 +267,20 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 // dropScript removes the entries up to a bound and, if that emptied the index, its listing. KEYS: the
 // index, its index set; ARGV: the exclusive lex bound, the index key. The listing goes whenever the
 // index does not exist, so a listing without data (written by hand) heals too.
-var dropScript = goredis.NewScript(`
-local n = redis.call('ZREMRANGEBYLEX', KEYS[1], '-', ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[2])
+var dropScript = goredis.NewScript(dropPrefixLua + `return drop_prefix(KEYS[1], KEYS[2], ARGV[1], ARGV[2])`)
+
+// dropPrefixLua is the drop as a Lua function of the index, its index set, the bound and the index
+// key, which dropScript and the batch drop (dropPrefixManyScript) both call. It is docs/redis.md's
+// drop script, the same commands in the same order.
+const dropPrefixLua = `
+local function drop_prefix(key, set, bound, member)
+  local n = redis.call('ZREMRANGEBYLEX', key, '-', bound)
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('ZREM', set, member)
+  end
+  return n
 end
-return n
-`)
+`
 
 // deleteScript removes an index and its listing. KEYS: the index, its index set; ARGV: the index key.
 // UNLINK frees a large index's memory off the server's main thread.
@@ -311,14 +325,19 @@ func (s *Store) writeInt(ctx context.Context, script *goredis.Script, data, set 
 	if err != nil {
 		return 0, err
 	}
+	return n, s.waited(wait)
+}
+
+// waited reads the reply of the WAIT that followed a write: nil if enough replicas acknowledged it.
+func (s *Store) waited(wait *goredis.Cmd) error {
 	acked, err := wait.Int64()
 	if err != nil {
-		return n, fmt.Errorf("written, but WAIT failed: %w", err)
+		return fmt.Errorf("written, but WAIT failed: %w", err)
 	}
 	if acked < int64(s.wait.Replicas) {
-		return n, is.Classify(is.ErrTransient, fmt.Errorf("written, but %d of %d replicas acknowledged it within %s (WAIT)", acked, s.wait.Replicas, s.wait.Timeout))
+		return is.Classify(is.ErrTransient, fmt.Errorf("written, but %d of %d replicas acknowledged it within %s (WAIT)", acked, s.wait.Replicas, s.wait.Timeout))
 	}
-	return n, nil
+	return nil
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (uint64, error) {
@@ -401,16 +420,22 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (is.Entr
 // above ARGV[1] (a ZRANGEBYLEX bound), each false where there is none. The closest member is usually
 // the last one too (an agent's one chunk): ZREVRANK tells so without copying the last member into Lua,
 // which for a chunk of megabytes costs more than the round trip this script saves. KEYS: the index.
-var closestLastScript = goredis.NewScript(`
-local c = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, 1)
-if #c == 1 and redis.call('ZREVRANK', KEYS[1], c[1]) == 0 then
-  return {string.sub(c[1], 1, 8), c[1]}
+var closestLastScript = goredis.NewScript(closestLastLua + `return closest_last(KEYS[1], ARGV[1])`)
+
+// closestLastLua is closestLastScript as a Lua function of the index and the bound, which the batch
+// read (closestLastManyScript) calls too.
+const closestLastLua = `
+local function closest_last(key, bound)
+  local c = redis.call('ZRANGEBYLEX', key, bound, '+', 'LIMIT', 0, 1)
+  if #c == 1 and redis.call('ZREVRANK', key, c[1]) == 0 then
+    return {string.sub(c[1], 1, 8), c[1]}
+  end
+  local m = redis.call('ZRANGE', key, -1, -1)
+  if #m == 0 then return {false, false} end
+  if #c == 0 then return {string.sub(m[1], 1, 8), false} end
+  return {string.sub(m[1], 1, 8), c[1]}
 end
-local m = redis.call('ZRANGE', KEYS[1], -1, -1)
-if #m == 0 then return {false, false} end
-if #c == 0 then return {string.sub(m[1], 1, 8), false} end
-return {string.sub(m[1], 1, 8), c[1]}
-`)
+`
 
 // ClosestLast is one script (is.ClosestLastReader).
 func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
@@ -425,22 +450,32 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 	if err != nil {
 		return is.Entry{}, false, 0, false, fail(is.OpClosestLast, ns, key, err)
 	}
-	bad := func(what string) (is.Entry, bool, uint64, bool, error) {
-		return is.Entry{}, false, 0, false, fail(is.OpClosestLast, ns, key, fmt.Errorf("%s (another writer uses this key?)", what))
+	r, err := decodeClosestLast(vals)
+	if err != nil {
+		return is.Entry{}, false, 0, false, fail(is.OpClosestLast, ns, key, err)
+	}
+	return r.Entry, r.Found, r.Last, r.Exists, nil
+}
+
+// decodeClosestLast reads closest_last's reply: the last member's id bytes and the closest member,
+// each nil where there is none. Its error has not been through fail.
+func decodeClosestLast(vals []any) (is.ClosestLastResult, error) {
+	bad := func(what string) (is.ClosestLastResult, error) {
+		return is.ClosestLastResult{}, fmt.Errorf("%s (another writer uses this key?)", what)
 	}
 	if len(vals) != 2 {
 		return bad(fmt.Sprintf("script returned %d values", len(vals)))
 	}
 	if vals[0] == nil {
-		return is.Entry{}, false, 0, false, nil
+		return is.ClosestLastResult{}, nil
 	}
 	lastBytes, ok := vals[0].(string)
 	if !ok || len(lastBytes) != idLen {
 		return bad("last member is not a strata entry")
 	}
-	last := decodeID(lastBytes)
+	r := is.ClosestLastResult{Last: decodeID(lastBytes), Exists: true}
 	if vals[1] == nil {
-		return is.Entry{}, false, last, true, nil
+		return r, nil
 	}
 	member, ok := vals[1].(string)
 	if !ok {
@@ -448,9 +483,10 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 	}
 	entries, err := decode([]string{member})
 	if err != nil {
-		return is.Entry{}, false, 0, false, fail(is.OpClosestLast, ns, key, err)
+		return is.ClosestLastResult{}, err
 	}
-	return entries[0], true, last, true, nil
+	r.Entry, r.Found = entries[0], true
+	return r, nil
 }
 
 // one runs a query that returns at most one member and decodes it.

@@ -377,8 +377,23 @@ func TestWrongTypeKey_CarriesRedisReply(t *testing.T) {
 		is.OpClosest:    func() error { _, _, err := st.Closest(ctx, ns, "wrong", 1); return err },
 		is.OpDropPrefix: func() error { _, err := st.DropPrefix(ctx, ns, "wrong", 1); return err },
 		is.OpAppend:     func() error { return st.Append(ctx, ns, "wrong", 1, nil) },
+		is.OpClosestLastMany: func() error {
+			r, err := st.ClosestLastMany(ctx, ns, []is.KeyID{{Key: "wrong", ID: 1}})
+			if err != nil {
+				return err
+			}
+			return r[0].Err
+		},
+		is.OpDropPrefixMany: func() error {
+			r, err := st.DropPrefixMany(ctx, ns, []is.KeyID{{Key: "wrong", ID: 1}})
+			if err != nil {
+				return err
+			}
+			return r[0].Err
+		},
 	} {
-		if err := call(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		var reply goredis.Error
+		if err := call(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !errors.As(err, &reply) {
 			t.Fatalf("%s of a string key: %v, want Redis's WRONGTYPE carried", op, err)
 		}
 	}
