@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stratalog/strata/backends/sqlite"
 	is "github.com/stratalog/strata/indexedstorage"
@@ -351,5 +352,51 @@ func TestDropPrefixMany_RacingAppendsAreKept(t *testing.T) {
 				t.Fatalf("%q: a gap: entry %d is id %d, want %d", k, j, e.ID, want)
 			}
 		}
+	}
+}
+
+// BenchmarkBatch reads and drops 128 keys of one entry each, through the batch operations and through
+// the per-key fallbacks (the store hidden behind a bare is.Storage): what one transaction and one
+// commit for the batch save.
+func BenchmarkBatch(b *testing.B) {
+	const n = 128
+	for _, batched := range []bool{false, true} {
+		b.Run(fmt.Sprintf("batched=%v", batched), func(b *testing.B) {
+			raw, err := sqlite.New(b.Context(), filepath.Join(b.TempDir(), "strata.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer raw.Close()
+			var st is.Storage = raw
+			if !batched {
+				st = struct{ is.Storage }{raw}
+			}
+			reqs := make([]is.KeyID, n)
+			for i := range reqs {
+				reqs[i] = is.KeyID{Key: fmt.Sprintf("agent:%04d", i), ID: 1}
+			}
+			var reading, dropping time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				for _, r := range reqs {
+					if err := raw.Append(b.Context(), batchNS, r.Key, 1, []byte("chunk")); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				start := time.Now()
+				if _, err := is.ClosestLastMany(b.Context(), st, batchNS, reqs); err != nil {
+					b.Fatal(err)
+				}
+				mid := time.Now()
+				res, err := is.DropPrefixMany(b.Context(), st, batchNS, reqs)
+				if err != nil || res[n-1].Dropped != 1 {
+					b.Fatal(res[n-1], err)
+				}
+				reading, dropping = reading+mid.Sub(start), dropping+time.Since(mid)
+			}
+			b.ReportMetric(float64(reading.Microseconds())/float64(b.N), "read-µs/op")
+			b.ReportMetric(float64(dropping.Microseconds())/float64(b.N), "drop-µs/op")
+		})
 	}
 }
