@@ -333,3 +333,42 @@ func TestSchemaCheck_FileDamagedInPlaceFailsAndIsForgotten(t *testing.T) {
 		t.Fatalf("the open after a failure made %d schema checks, want 1", n)
 	}
 }
+
+// A batch whose caller has given up fails each key at once, opening no file; a read-only store refuses
+// a batch drop as a whole.
+func TestBatch_CancelledOpensNothingAndReadOnlyRefusesDrops(t *testing.T) {
+	dir := t.TempDir()
+	ks := keys(5)
+	fillBatch(t, open(t, dir, Options{}), ks)
+	st := open(t, dir, Options{})
+	reqs := make([]is.KeyID, len(ks))
+	for i, k := range ks {
+		reqs[i] = is.KeyID{Key: k, ID: 9}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	reads, err := st.ClosestLastMany(ctx, testNS, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drops, err := st.DropPrefixMany(ctx, testNS, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		if !errors.Is(reads[i].Err, context.Canceled) || !errors.Is(drops[i].Err, context.Canceled) {
+			t.Fatalf("%q in a cancelled batch: read %v, drop %v", ks[i], reads[i].Err, drops[i].Err)
+		}
+	}
+	if n := st.Stats().FilesOpened; n != 0 {
+		t.Fatalf("a cancelled batch opened %d files", n)
+	}
+
+	ro := open(t, dir, Options{ReadOnly: true})
+	if _, err := ro.DropPrefixMany(t.Context(), testNS, reqs); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("DropPrefixMany on a read-only store: %v, want ErrInvalidArgument", err)
+	}
+	if got, err := ro.ClosestLastMany(t.Context(), testNS, reqs); err != nil || got[4].Err != nil || got[4].Last != 4 {
+		t.Fatalf("ClosestLastMany on a read-only store: %+v, %v", got, err)
+	}
+}

@@ -512,6 +512,16 @@ func eachKey(n int, fn func(i int)) {
 	wg.Wait()
 }
 
+// untried is why a key of a batch is not tried, when the caller has given up: the keys after a
+// cancellation fail at once rather than each open its file (a file's open does not stop for ctx).
+func untried(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		classified, _ := is.ClassifyCommon(err)
+		return classified
+	}
+	return nil
+}
+
 // beginBatch validates a batch and checks the store is open; its error names the namespace, no key.
 func (s *Store) beginBatch(op is.Operation, ns string, reqs []is.KeyID) error {
 	if err := is.ValidateBatchKeys(ns, reqs); err != nil {
@@ -532,6 +542,10 @@ func (s *Store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID)
 	}
 	out := make([]is.ClosestLastResult, len(reqs))
 	eachKey(len(reqs), func(i int) {
+		if err := untried(ctx); err != nil {
+			out[i].Err = fail(is.OpClosestLastMany, ns, reqs[i].Key, err)
+			return
+		}
 		out[i] = s.closestLast(ctx, is.OpClosestLastMany, ns, reqs[i].Key, reqs[i].ID)
 	})
 	return out, nil
@@ -544,8 +558,15 @@ func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) 
 	if err := s.beginBatch(is.OpDropPrefixMany, ns, reqs); err != nil {
 		return nil, err
 	}
+	if s.readOnly {
+		return nil, fail(is.OpDropPrefixMany, ns, "", fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
+	}
 	out := make([]is.DropResult, len(reqs))
 	eachKey(len(reqs), func(i int) {
+		if err := untried(ctx); err != nil {
+			out[i].Err = fail(is.OpDropPrefixMany, ns, reqs[i].Key, err)
+			return
+		}
 		out[i] = s.dropPrefix(ctx, is.OpDropPrefixMany, ns, reqs[i].Key, reqs[i].ID)
 		if out[i].Err != nil {
 			out[i].Dropped = 0 // as the per-key fallback: a failed part counts nothing

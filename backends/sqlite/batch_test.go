@@ -400,3 +400,32 @@ func BenchmarkBatch(b *testing.B) {
 		})
 	}
 }
+
+// A read-only store reads a batch (from a file opened immutable) and refuses a batch drop, changing
+// nothing.
+func TestBatch_ReadOnlyReadsAndRefusesDrops(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "strata.db")
+	st := openFile(t, path, sqlite.Options{})
+	keys := batchKeys(5)
+	fillBatch(t, st, keys)
+	st.Close()
+	ro := openReadOnly(t, path)
+	reqs := reqsOf(keys)
+	got, err := ro.ClosestLastMany(t.Context(), batchNS, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		var want is.ClosestLastResult
+		want.Entry, want.Found, want.Last, want.Exists, want.Err = ro.ClosestLast(t.Context(), batchNS, r.Key, r.ID)
+		if want.Err != nil || !reflect.DeepEqual(got[i], want) {
+			t.Fatalf("key %q at %d: batch %+v, ClosestLast %+v", r.Key, r.ID, got[i], want)
+		}
+	}
+	if _, err := ro.DropPrefixMany(t.Context(), batchNS, reqs); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("DropPrefixMany on a read-only store: %v, want ErrInvalidArgument", err)
+	}
+	if n, err := ro.Length(t.Context(), batchNS, keys[4]); err != nil || n != 4 {
+		t.Fatalf("after the refused drop: %d entries, %v", n, err)
+	}
+}
