@@ -349,6 +349,7 @@ func (r *removal) unlink() error {
 	}
 	r.s.pool.discard(r.conn)
 	r.s.pool.release(r.conn) // its last release closes it
+	r.s.pool.forgetChecked(r.path)
 	r.conn = nil
 	r.s.removed.Add(1)
 	r.finish(removalUnlinked)

@@ -48,6 +48,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -129,7 +130,12 @@ type hooks struct {
 	removalStep func(step removalStep)
 }
 
-var _ is.Storage = (*Store)(nil)
+var (
+	_ is.Storage           = (*Store)(nil)
+	_ is.ClosestLastReader = (*Store)(nil)
+	_ is.BatchReader       = (*Store)(nil)
+	_ is.BatchDropper      = (*Store)(nil)
+)
 
 // Stats is a snapshot of a Store's counters.
 type Stats struct {
@@ -281,6 +287,8 @@ func (s *Store) withFile(ctx context.Context, ns string, loc location, create bo
 	}
 	defer s.pool.release(c)
 	if err := c.eng.Classify(fn(c)); err != nil {
+		// The schema-check cache trusts a file only while its operations succeed (pool.go).
+		s.pool.forgetChecked(c.path)
 		if s.readOnly && is.IsTransient(err) {
 			// A file read as immutable that a writer has touched since fails every read (sqlitefile's
 			// ReadOnly): the next operation opens it afresh.
@@ -429,33 +437,142 @@ func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.En
 }
 
 // ClosestLast reads the index's file once (is.ClosestLastReader).
-func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (e is.Entry, found bool, last uint64, exists bool, err error) {
-	ok, err := s.index(ctx, is.OpClosestLast, ns, key, false, func(f *sqlitefile.Engine) (err error) {
-		e, found, last, exists, err = f.ClosestLast(ctx, ns, key, id)
+func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.Entry, bool, uint64, bool, error) {
+	r := s.closestLast(ctx, is.OpClosestLast, ns, key, id)
+	return r.Entry, r.Found, r.Last, r.Exists, r.Err
+}
+
+// closestLast is ClosestLast as operation op: one statement on the index's file, so of one state of it.
+func (s *Store) closestLast(ctx context.Context, op is.Operation, ns, key string, id uint64) (r is.ClosestLastResult) {
+	ok, err := s.index(ctx, op, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		r.Entry, r.Found, r.Last, r.Exists, err = f.ClosestLast(ctx, ns, key, id)
 		return err
 	})
-	s.tidy(ctx, ok, err == nil && !exists, ns, key)
-	return e, found, last, exists, err
+	if err != nil {
+		return is.ClosestLastResult{Err: err}
+	}
+	s.tidy(ctx, ok, !r.Exists, ns, key)
+	return r
 }
 
 // DropPrefix drops the entries up to upTo; a file it leaves without rows is removed before it returns
 // (see lock.go), so that the index no longer exists anywhere: no walk that starts afterwards meets it.
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n uint64, err error) {
+	r := s.dropPrefix(ctx, is.OpDropPrefix, ns, key, upTo)
+	return r.Dropped, r.Err
+}
+
+// dropPrefix is DropPrefix as operation op. A failure to remove the emptied file keeps the count: the
+// entries are gone.
+func (s *Store) dropPrefix(ctx context.Context, op is.Operation, ns, key string, upTo uint64) (r is.DropResult) {
 	empty := false
-	found, err := s.index(ctx, is.OpDropPrefix, ns, key, false, func(f *sqlitefile.Engine) (err error) {
-		if n, err = f.DropPrefix(ctx, ns, key, upTo); err != nil {
+	found, err := s.index(ctx, op, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		if r.Dropped, err = f.DropPrefix(ctx, ns, key, upTo); err != nil {
 			return err
 		}
 		empty, err = f.Empty(ctx)
 		return err
 	})
 	if err != nil || !found || !empty {
-		return n, err
+		r.Err = err
+		return r
 	}
 	if err := s.remove(ctx, ns, key, removalPatience); err != nil {
-		return n, fail(is.OpDropPrefix, ns, key, fmt.Errorf("the index is empty, its file stays: %w", err))
+		r.Err = fail(op, ns, key, fmt.Errorf("the index is empty, its file stays: %w", err))
 	}
-	return n, nil
+	return r
+}
+
+// batchConcurrency is how many files of one batch are worked on at once: each key of a batch is a file
+// of its own (its own lock, connection and commit), so a batch is per-file work, and the files' reads,
+// fsyncs and lock waits overlap as the per-key calls of the sweep's archive phase did
+// (sweep.max_concurrency, default 4), without more connections open at once than the pool's bound
+// is meant to hold.
+const batchConcurrency = 4
+
+// eachKey runs fn(i) for every key of a batch of n, at most batchConcurrency at once, and returns when
+// all have.
+func eachKey(n int, fn func(i int)) {
+	workers := min(n, batchConcurrency)
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// untried is why a key of a batch is not tried, when the caller has given up: the keys after a
+// cancellation fail at once rather than each open its file (a file's open does not stop for ctx).
+func untried(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		classified, _ := is.ClassifyCommon(err)
+		return classified
+	}
+	return nil
+}
+
+// beginBatch validates a batch and checks the store is open; its error names the namespace, no key.
+func (s *Store) beginBatch(op is.Operation, ns string, reqs []is.KeyID) error {
+	if err := is.ValidateBatchKeys(ns, reqs); err != nil {
+		return fail(op, ns, "", err)
+	}
+	if s.closed.Load() {
+		return fail(op, ns, "", is.ErrClosed)
+	}
+	return nil
+}
+
+// ClosestLastMany is ClosestLast of each key, each a file of its own read once under its directory's
+// shared lock, a few files at once (is.BatchReader). A file that cannot be opened or read fails its
+// key only; so does the store's closing or the caller's cancellation midway, key by key.
+func (s *Store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	if err := s.beginBatch(is.OpClosestLastMany, ns, reqs); err != nil {
+		return nil, err
+	}
+	out := make([]is.ClosestLastResult, len(reqs))
+	eachKey(len(reqs), func(i int) {
+		if err := untried(ctx); err != nil {
+			out[i].Err = fail(is.OpClosestLastMany, ns, reqs[i].Key, err)
+			return
+		}
+		out[i] = s.closestLast(ctx, is.OpClosestLastMany, ns, reqs[i].Key, reqs[i].ID)
+	})
+	return out, nil
+}
+
+// DropPrefixMany is DropPrefix of each key, a few files at once (is.BatchDropper): each key's drop is
+// its own file's transaction, and a file it empties is removed by the removal protocol before the call
+// returns. One key's failure is its own.
+func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	if err := s.beginBatch(is.OpDropPrefixMany, ns, reqs); err != nil {
+		return nil, err
+	}
+	if s.readOnly {
+		return nil, fail(is.OpDropPrefixMany, ns, "", fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
+	}
+	out := make([]is.DropResult, len(reqs))
+	eachKey(len(reqs), func(i int) {
+		if err := untried(ctx); err != nil {
+			out[i].Err = fail(is.OpDropPrefixMany, ns, reqs[i].Key, err)
+			return
+		}
+		out[i] = s.dropPrefix(ctx, is.OpDropPrefixMany, ns, reqs[i].Key, reqs[i].ID)
+		if out[i].Err != nil {
+			out[i].Dropped = 0 // as the per-key fallback: a failed part counts nothing
+		}
+	})
+	return out, nil
 }
 
 // Delete removes the index's rows and then its file.

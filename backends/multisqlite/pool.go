@@ -31,6 +31,67 @@ type pool struct {
 	open     int              // files open (in conns and opened successfully)
 	closed   bool
 	openings atomic.Int64 // files opened since the pool was made
+	// checked is the schema-check cache (see schemaChecked), guarded by mu.
+	checked      map[string]fileStamp
+	schemaChecks atomic.Int64 // opens that checked (or migrated) a file's schema, or tried to
+	// uncached takes the schema-check cache out (a test's, to measure what it saves).
+	uncached bool
+}
+
+// The schema-check cache. Opening a file checks its schema version (a user_version read, and a
+// migration when it is older): that is the file's own, so a file checked once need not be checked
+// again when the pool opens it anew after an eviction, as long as it is the same file. The cache keys
+// it by path and remembers the file's identity when checked: its device, inode and birth time
+// (stamp_linux.go; where the platform gives no birth time nothing is cached and every open checks).
+// Writes and checkpoints change none of the three, so a file written between visits stays known;
+// an open whose file has another identity checks it, as before.
+//
+// A file removed (lock.go's protocol, by this process or another) and created again under its name
+// must be checked again, and is: the new file is born later, and usually on another inode; and this
+// process forgets a path whose file it removes, and a path whose operation failed. The residue is
+// what an identity of this kind cannot rule out: a new file given the inode just freed and born
+// within the kernel's timestamp granularity (a few milliseconds on a coarse clock) of the old one's
+// birth. It is harmless in all but one moment: the creator of a file checks (migrates) it under its
+// directory's shared lock before writing to it, so a file this build made is current; an open in
+// the moment between a file's creation and its creator's migration finds no table, fails that one
+// operation, and the path is forgotten, so the next open checks it.
+const maxCheckedFiles = 1 << 15 // about 5 MB of paths at most; past it, an arbitrary entry goes
+
+// schemaChecked reports whether the file at path is one whose schema an open checked.
+func (p *pool) schemaChecked(path string) bool {
+	now, ok := stampOf(path)
+	if !ok || p.uncached {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	then, ok := p.checked[path]
+	return ok && then == now
+}
+
+// rememberChecked records that the file at path had its schema checked by the open that has it open
+// now (so that its inode cannot have been reused).
+func (p *pool) rememberChecked(path string) {
+	stamp, ok := stampOf(path)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, known := p.checked[path]; !known && len(p.checked) >= maxCheckedFiles {
+		for old := range p.checked {
+			delete(p.checked, old)
+			break
+		}
+	}
+	p.checked[path] = stamp
+}
+
+// forgetChecked makes the next open of path check its file's schema.
+func (p *pool) forgetChecked(path string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.checked, path)
 }
 
 type conn struct {
@@ -46,7 +107,7 @@ type conn struct {
 }
 
 func newPool(max int, opts sqlitefile.Options) *pool {
-	return &pool{max: max, fileOpts: opts, conns: make(map[string]*conn)}
+	return &pool{max: max, fileOpts: opts, conns: make(map[string]*conn), checked: make(map[string]fileStamp)}
 }
 
 // acquire returns the open file at path, opening it if needed, with a reference the caller must
@@ -125,10 +186,10 @@ func (p *pool) openFile(ctx context.Context, c *conn, create bool) {
 // openEngine opens the SQLite file at path, creating it (and its directory) only if create is set, and
 // returns what the path names (which the caller's shared lock on the directory keeps the same).
 func (p *pool) openEngine(ctx context.Context, path string, create bool) (*sqlitefile.Engine, os.FileInfo, error) {
-	existed := false
+	existed, checked := false, false
 	switch _, err := os.Stat(path); {
 	case err == nil:
-		existed = true
+		existed, checked = true, p.schemaChecked(path)
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, nil, err
 	case !create:
@@ -141,8 +202,13 @@ func (p *pool) openEngine(ctx context.Context, path string, create bool) (*sqlit
 	opts := p.fileOpts
 	// mode=rw keeps a read from recreating a file that something outside removed.
 	opts.MustExist = existed
+	opts.SchemaChecked = checked
+	if !checked && !opts.ReadOnly {
+		p.schemaChecks.Add(1)
+	}
 	eng, err := openRetrying(ctx, path, opts)
 	if err != nil {
+		p.forgetChecked(path)
 		return nil, nil, err
 	}
 	id, err := os.Stat(path)
@@ -150,6 +216,7 @@ func (p *pool) openEngine(ctx context.Context, path string, create bool) (*sqlit
 		eng.Close()
 		return nil, nil, err
 	}
+	p.rememberChecked(path) // under the directory's shared lock: still the file just opened
 	return eng, id, nil
 }
 

@@ -66,7 +66,13 @@ type Store struct {
 	eng *sqlitefile.Engine
 }
 
-var _ is.Storage = (*Store)(nil)
+var (
+	_ is.Storage           = (*Store)(nil)
+	_ is.ClosestLastReader = (*Store)(nil)
+	_ is.DeepScanner       = (*Store)(nil)
+	_ is.BatchReader       = (*Store)(nil)
+	_ is.BatchDropper      = (*Store)(nil)
+)
 
 // SchemaVersion is the user_version this build writes and reads.
 const SchemaVersion = sqlitefile.SchemaVersion
@@ -229,6 +235,53 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 	}
 	e, found, last, exists, err := s.eng.ClosestLast(ctx, ns, key, id)
 	return e, found, last, exists, s.fail(is.OpClosestLast, ns, key, err)
+}
+
+// ClosestLastMany reads every key in one read transaction, one prepared statement for all of them: each
+// key's part is of one snapshot of the file (is.BatchReader).
+func (s *Store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	if err := s.beginBatch(is.OpClosestLastMany, ns, reqs); err != nil {
+		return nil, err
+	}
+	out, err := s.eng.ClosestLastMany(ctx, ns, reqs)
+	if err != nil {
+		return nil, s.fail(is.OpClosestLastMany, ns, "", err)
+	}
+	for i := range out {
+		if out[i].Err != nil {
+			out[i].Err = s.fail(is.OpClosestLastMany, ns, reqs[i].Key, out[i].Err)
+		}
+	}
+	return out, nil
+}
+
+// DropPrefixMany drops every key's prefix in one write transaction and one commit (is.BatchDropper):
+// each key's drop is one statement under the file's write lock, as DropPrefix is.
+func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	if err := s.beginBatch(is.OpDropPrefixMany, ns, reqs); err != nil {
+		return nil, err
+	}
+	out, err := s.eng.DropPrefixMany(ctx, ns, reqs)
+	if err != nil {
+		return nil, s.fail(is.OpDropPrefixMany, ns, "", err)
+	}
+	for i := range out {
+		if out[i].Err != nil {
+			out[i] = is.DropResult{Err: s.fail(is.OpDropPrefixMany, ns, reqs[i].Key, out[i].Err)}
+		}
+	}
+	return out, nil
+}
+
+// beginBatch is begin for a batch operation: its errors name the namespace, with no key.
+func (s *Store) beginBatch(op is.Operation, ns string, reqs []is.KeyID) error {
+	if err := is.ValidateBatchKeys(ns, reqs); err != nil {
+		return s.fail(op, ns, "", err)
+	}
+	if s.eng.Closed() {
+		return s.fail(op, ns, "", is.ErrClosed)
+	}
+	return nil
 }
 
 func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {

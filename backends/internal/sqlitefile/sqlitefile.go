@@ -74,6 +74,11 @@ type Options struct {
 	// and create another under its name, whose -wal and -shm are its own (multi-SQLite). It needs
 	// SingleConnection; ignored with ReadOnly, whose connection never removes them.
 	PersistWAL bool
+	// SchemaChecked skips the schema check (and migration) of an existing file: for a caller that has
+	// checked this very file before and knows it has not been replaced since (multi-SQLite, which
+	// opens a file again each time its pool evicted it). Ignored with ReadOnly, and when Open creates
+	// the file.
+	SchemaChecked bool
 	// ReadOnly opens an existing file for reading only, for a command that must change nothing
 	// (strata scan, strata inspect): mode=ro, no journal-mode change, no migration, and no -wal or
 	// -shm created (readonly.go says how). A file without index_storage fails with an error matching
@@ -121,14 +126,19 @@ func Open(ctx context.Context, path string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	e := &Engine{path: abs, writer: writer, reader: writer}
-	if err := migrate(ctx, writer, opts.RefuseForeignTables); err != nil {
-		writer.Close()
-		err, _ := ExplainOpenFailure(abs, false, Classify(err, false))
-		return nil, fmt.Errorf("open %s: %w", path, err)
+	// A file the caller checked before (SchemaChecked) and that existed (MustExist: Open creates
+	// nothing) is taken at the caller's word: no user_version read.
+	if !opts.SchemaChecked || !opts.MustExist {
+		if err := migrate(ctx, writer, opts.RefuseForeignTables); err != nil {
+			writer.Close()
+			err, _ := ExplainOpenFailure(abs, false, Classify(err, false))
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
 	}
 	if opts.PersistWAL && opts.SingleConnection {
 		if err := persistWAL(ctx, writer); err != nil {
 			writer.Close()
+			err, _ := ExplainOpenFailure(abs, false, Classify(err, false))
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}

@@ -1,0 +1,203 @@
+package sqlitefile
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	is "github.com/stratalog/strata/indexedstorage"
+)
+
+// The batch operations (is.BatchReader, is.BatchDropper) of one file: every key of a batch in one
+// transaction, each statement prepared once for the batch. The caller has validated the batch
+// (is.ValidateBatchKeys) and checked the engine is open. A key's own failure (a row the engine
+// refuses to decode, a statement refused for that key's rows) is that key's Err, unshaped, for the
+// caller's choke point; a failure that is not the key's own (KeyFault) fails the call, and nothing
+// of a drop's transaction is committed.
+
+// KeyFault reports whether err, met on one key of a batch, is that key's own: not the caller's
+// cancellation or deadline, not a closed engine, not a busy or locked file, not the engine or the
+// machine out of memory, space or descriptors, and not an I/O error. Those would fail every key alike.
+func KeyFault(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, is.ErrClosed) || errors.Is(err, is.ErrTransient) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, driver.ErrBadConn) {
+		return false
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrNomem, sqlite3.ErrFull, sqlite3.ErrIoErr,
+			sqlite3.ErrInterrupt, sqlite3.ErrCantOpen, sqlite3.ErrReadonly, sqlite3.ErrNotADB, sqlite3.ErrProtocol:
+			return false
+		}
+	}
+	return true
+}
+
+// ClosestLastMany reads ClosestLast of each key of reqs (the id being Closest's) in one read
+// transaction: every key's part is of one snapshot of the file, so each key's entry and last id are
+// of one state of its index. Results are in the order of reqs.
+func (e *Engine) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	out := make([]is.ClosestLastResult, len(reqs))
+	if len(reqs) == 0 {
+		return out, e.settled(nil)
+	}
+	c, err := e.reader.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	// BEGIN by hand: a read transaction is deferred (the reader pool's own BEGIN is IMMEDIATE, the
+	// write lock), and in WAL mode its first read fixes the snapshot every later one reads.
+	if _, err := c.ExecContext(ctx, `BEGIN`); err != nil {
+		return nil, err
+	}
+	open := true
+	defer func() {
+		if open {
+			endRead(c)
+		}
+	}()
+	closestLast, err := c.PrepareContext(ctx, qClosestLast)
+	if err != nil {
+		return nil, err
+	}
+	defer closestLast.Close()
+	lastID, err := c.PrepareContext(ctx, qLastID)
+	if err != nil {
+		return nil, err
+	}
+	defer lastID.Close()
+	for i, r := range reqs {
+		res, err := readClosestLast(ctx, closestLast, lastID, ns, r.Key, r.ID)
+		if err != nil {
+			if !KeyFault(ctx, err) {
+				return nil, err
+			}
+			res = is.ClosestLastResult{Err: err}
+		}
+		out[i] = res
+	}
+	open = false
+	if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
+		endRead(c)
+		return nil, err
+	}
+	// A file read as immutable that a writer touched meanwhile: no part can be trusted.
+	if err := e.settled(nil); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// endRead ends a read transaction that did not commit; a connection still in one afterwards is
+// dropped from the pool rather than handed to the next caller.
+func endRead(c *sql.Conn) {
+	if _, err := c.ExecContext(context.Background(), `ROLLBACK`); err != nil {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
+// readClosestLast is ClosestLast of one key through the batch's prepared statements.
+func readClosestLast(ctx context.Context, closestLast, lastID *sql.Stmt, ns, key string, id uint64) (is.ClosestLastResult, error) {
+	var res is.ClosestLastResult
+	if id > is.MaxID {
+		var last int64
+		switch err := lastID.QueryRowContext(ctx, ns, key).Scan(&last); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return is.ClosestLastResult{}, err
+		default:
+			res.Last, res.Exists = uint64(last), true
+		}
+		return res, nil
+	}
+	var last, found sql.NullInt64
+	var value []byte
+	if err := closestLast.QueryRowContext(ctx, ns, key, int64(id)).Scan(&last, &found, &value); err != nil {
+		return is.ClosestLastResult{}, err
+	}
+	if found.Valid {
+		res.Entry, res.Found = is.Entry{ID: uint64(found.Int64), Value: orEmpty(value)}, true
+	}
+	res.Last, res.Exists = uint64(last.Int64), last.Valid
+	return res, nil
+}
+
+// DropPrefixMany runs DropPrefix of each key of reqs (the id being its upTo) in one write transaction
+// on the writer, BEGIN IMMEDIATE and one commit: each key's drop is one statement, atomic on its
+// index, and its count is what that statement removed. A key whose statement fails for its own rows
+// (KeyFault, with the transaction still open: a statement's error undoes that statement only) has
+// its Err and the others go on; any other failure rolls the whole transaction back and fails the
+// call. Results are in the order of reqs.
+func (e *Engine) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	if e.readOnly {
+		return nil, errReadOnly
+	}
+	out := make([]is.DropResult, len(reqs))
+	work := false
+	for _, r := range reqs {
+		work = work || r.ID > 0
+	}
+	if !work {
+		return out, nil // DropPrefix(0) of every key: nothing to remove, nothing to lock
+	}
+	c, err := e.writer.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	tx, err := c.BeginTx(ctx, nil) // the writer's BEGIN is IMMEDIATE: the write lock from the start
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() // a no-op once committed
+	drop, err := tx.PrepareContext(ctx, qDrop)
+	if err != nil {
+		return nil, err
+	}
+	defer drop.Close()
+	for i, r := range reqs {
+		if r.ID == 0 {
+			continue
+		}
+		n, err := execCount(ctx, drop, ns, r.Key, int64(min(r.ID, is.MaxID)))
+		if err != nil {
+			if !KeyFault(ctx, err) || !inTransaction(c) {
+				return nil, err
+			}
+			out[i].Err = err
+			continue
+		}
+		out[i].Dropped = uint64(n)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func execCount(ctx context.Context, stmt *sql.Stmt, args ...any) (int64, error) {
+	res, err := stmt.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// inTransaction reports whether c is still in its transaction: an error SQLite answers by rolling
+// the whole transaction back (RAISE(ROLLBACK) in a trigger, some I/O errors) leaves it in autocommit.
+func inTransaction(c *sql.Conn) bool {
+	in := false
+	_ = c.Raw(func(dc any) error {
+		if sc, ok := dc.(*sqlite3.SQLiteConn); ok {
+			in = !sc.AutoCommit()
+		}
+		return nil
+	})
+	return in
+}
