@@ -51,8 +51,9 @@ type BatchReader interface {
 // two racing drops each entry is counted by one). Results are in the order of reqs. A key's own
 // failure is its result's Err and the other keys go on; the call's own error means no part is known
 // to have taken effect or not (as a DropPrefix that times out), and arguments invalid touch nothing.
-// Where one statement takes several indexes' locks, it takes them in ascending key order, so two
-// batches never deadlock.
+// Where one call takes several indexes' locks, it takes them in one global order (ascending key order;
+// PostgreSQL, whose per-index locks are hashes of the key, in ascending lock id, which stays a total
+// order when two keys share a lock), so two batches never deadlock.
 type BatchDropper interface {
 	DropPrefixMany(ctx context.Context, ns string, reqs []KeyID) ([]DropResult, error)
 }

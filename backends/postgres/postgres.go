@@ -53,6 +53,8 @@ var (
 	_ is.Storage           = (*Store)(nil)
 	_ is.ClosestLastReader = (*Store)(nil)
 	_ is.DeepScanner       = (*Store)(nil)
+	_ is.BatchReader       = (*Store)(nil)
+	_ is.BatchDropper      = (*Store)(nil)
 	_ is.Limited           = (*Store)(nil)
 )
 
@@ -70,9 +72,15 @@ type engine struct {
 	// (see walkSQL), sqlScan[bounded] Scan's (see scanSQL).
 	sqlPage, sqlWalk [2][2]string
 	sqlScan          [2]string
+	// The batch operations' statements (batch.go).
+	sqlClosestLastMany, sqlLockMany, sqlDropMany string
 }
 
-var _ is.Storage = (*engine)(nil)
+var (
+	_ is.Storage      = (*engine)(nil)
+	_ is.BatchReader  = (*engine)(nil)
+	_ is.BatchDropper = (*engine)(nil)
+)
 
 func newEngine(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*engine, error) {
 	pool, err := newPool(ctx, poolConfig)
@@ -131,6 +139,7 @@ func (s *engine) prepareSQL() {
 	)
 	SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM dropped)`
 	s.sqlDelete = `DELETE FROM ` + t + ` WHERE namespace = $1 AND key = $2`
+	s.prepareBatchSQL()
 	for bounded := range 2 {
 		s.sqlScan[bounded] = scanSQL(t, bounded == 1)
 		for strict := range 2 {
@@ -348,8 +357,11 @@ func (s *engine) appendEntries(ctx context.Context, op is.Operation, ns, key str
 // Advisory locks are database-wide, so the schema is part of the name; a hash collision only serializes
 // two unrelated indexes.
 func (s *engine) queueLock(b *pgx.Batch, ns, key string) {
-	b.Queue(`SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, s.schema+"."+ns+":"+key)
+	b.Queue(`SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))`, s.lockPrefix(ns)+key)
 }
+
+// lockPrefix is what the name of the advisory lock of each index of ns begins with; the key follows.
+func (s *engine) lockPrefix(ns string) string { return s.schema + "." + ns + ":" }
 
 func (s *engine) Length(ctx context.Context, ns, key string) (uint64, error) {
 	if err := s.start(is.OpLength, ns, key, is.ValidateIndex(ns, key)); err != nil {
@@ -462,9 +474,8 @@ func scanEntry(row pgx.CollectableRow) (is.Entry, error) {
 	return is.Entry{ID: uint64(id), Value: value}, err
 }
 
-// DropPrefix deletes in batches of dropBatch inside one transaction, under the index's lock: the drop is
-// atomic, and an Append waits for it, so none is lost or left behind. The lock and the first batch ride
-// in the same round trip as BEGIN.
+// DropPrefix deletes under the index's lock, in one transaction: the drop is atomic, and an Append waits
+// for it, so none is lost or left behind.
 func (s *engine) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (uint64, error) {
 	if err := s.startWrite(is.OpDropPrefix, ns, key, is.ValidateIndex(ns, key)); err != nil {
 		return 0, err
@@ -475,10 +486,21 @@ func (s *engine) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (u
 	bound := int64(min(upTo, is.MaxID))
 	// The usual drop (an archive step drops a chunk or a few) is the lock and one DELETE in one implicit
 	// transaction: one round trip, as Delete. Only a drop of more than dropBatch entries takes the
-	// batched transaction below.
+	// batched transaction of dropInBatches.
 	if dropped, done, err := s.dropAll(ctx, ns, key, bound); err != nil || done {
 		return dropped, err
 	}
+	total, err := s.dropInBatches(ctx, ns, key, bound)
+	if err != nil {
+		return 0, s.fail(is.OpDropPrefix, ns, key, err)
+	}
+	return total, nil
+}
+
+// dropInBatches is the drop of more than dropBatch entries: batches of dropBatch in one transaction,
+// under the index's lock. The lock and the first batch ride in the same round trip as BEGIN. Its error
+// has not been through fail.
+func (s *engine) dropInBatches(ctx context.Context, ns, key string, bound int64) (uint64, error) {
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
 	s.queueLock(&b, ns, key)
@@ -507,7 +529,7 @@ func (s *engine) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (u
 		err = tx.Commit(ctx)
 	}
 	if err != nil {
-		return 0, s.fail(is.OpDropPrefix, ns, key, err)
+		return 0, err
 	}
 	return uint64(total), nil
 }

@@ -184,3 +184,15 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 func (s *Store) ScanDeep(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	return s.limiter.ScanDeep(ctx, ns, r, from, count)
 }
+
+// ClosestLastMany is one operation, one limiter slot and one statement for the whole batch
+// (indexedstorage.BatchReader).
+func (s *Store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	return s.limiter.ClosestLastMany(ctx, ns, reqs)
+}
+
+// DropPrefixMany is one operation and one limiter slot for the whole batch, one round trip and one
+// transaction for the usual one (indexedstorage.BatchDropper).
+func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	return s.limiter.DropPrefixMany(ctx, ns, reqs)
+}
