@@ -84,7 +84,8 @@ func TestBaselines_ArchiveEveryAgentAndLeaveNothing(t *testing.T) {
 				blobs := memory.NewBlobStore()
 				var counts baseline.Counts
 				// A page of 4 keys: 10 agents take several pages, the last one short.
-				eng, ok := baselinetest.For(t, st, baseline.Options{Blobs: blobs, PageSize: 4, Counts: &counts})
+				opts := baseline.Options{Blobs: blobs, PageSize: 4, Counts: &counts}
+				eng, ok := baselinetest.For(t, st, opts, opts)
 				if !ok {
 					t.Skip("no engine under the store")
 				}

@@ -93,8 +93,7 @@ func (p *PG) PerAgent(ctx context.Context, ns string) (int, error) {
 }
 
 // Batched archives every index of ns a page at a time: one statement reads the page's keys with their
-// last ids and first rows; an index holding more than its first row up to its last id costs one more
-// statement for all such indexes of the page; the blobs are put Workers at once; one pgx batch (one
+// last ids and each key's rows up to its last id; the blobs are put Workers at once; one pgx batch (one
 // round trip, one implicit transaction) takes the page's locks in key order and deletes each index's
 // rows up to its own last id in one DELETE.
 func (p *PG) Batched(ctx context.Context, ns string) (int, error) {
@@ -102,25 +101,21 @@ func (p *PG) Batched(ctx context.Context, ns string) (int, error) {
 	pageSQL := `WITH page AS (
 		SELECT key, max(id) AS last FROM ` + t + ` WHERE namespace = $1 AND key > $2 GROUP BY key ORDER BY key LIMIT $3
 	)
-	SELECT page.key, page.last, f.id, f.value FROM page CROSS JOIN LATERAL (
-		SELECT id, value FROM ` + t + ` WHERE namespace = $1 AND key = page.key ORDER BY id LIMIT 1
-	) AS f ORDER BY page.key`
-	restSQL := `SELECT t.key, t.id, t.value
-	FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(key, first, last)
-	JOIN ` + t + ` AS t ON t.namespace = $1 AND t.key = u.key AND t.id > u.first AND t.id <= u.last
-	ORDER BY t.key, t.id`
+	SELECT page.key, page.last, r.id, r.value FROM page
+	JOIN ` + t + ` AS r ON r.namespace = $1 AND r.key = page.key AND r.id <= page.last
+	ORDER BY page.key, r.id`
 	// The locks in the order of the array, which holds the page's keys ascending: a function scan
-	// yields its rows in order and the target list is evaluated row by row as they come.
+	// yields its rows in order and the aggregate's argument is evaluated row by row as they come.
 	lockSQL := `SELECT count(pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(u.name, 0)))
-	FROM unnest($1::text[]) WITH ORDINALITY AS u(name, n)`
+	FROM unnest($1::text[]) AS u(name)`
 	dropSQL := `DELETE FROM ` + t + ` AS t USING unnest($2::text[], $3::bigint[]) AS u(key, last)
 	WHERE t.namespace = $1 AND t.key = u.key AND t.id <= u.last`
 	archived, after := 0, ""
 	for {
 		type item struct {
-			key         string
-			first, last int64
-			rows        []pgRow
+			key  string
+			last int64
+			rows []pgRow
 		}
 		var page []*item
 		var key string
@@ -129,30 +124,14 @@ func (p *PG) Batched(ctx context.Context, ns string) (int, error) {
 		rows, _ := p.Pool.Query(ctx, pageSQL, ns, after, p.pageSize())
 		p.Counts.rt(1)
 		if _, err := pgx.ForEachRow(rows, []any{&key, &last, &id, &value}, func() error {
-			page = append(page, &item{key: key, first: id, last: last, rows: []pgRow{{id, value}}})
+			if len(page) == 0 || page[len(page)-1].key != key {
+				page = append(page, &item{key: key, last: last})
+			}
+			it := page[len(page)-1]
+			it.rows = append(it.rows, pgRow{id, value})
 			return nil
 		}); err != nil {
 			return archived, fmt.Errorf("baseline postgres page of %s: %w", ns, err)
-		}
-		var restKeys []string
-		var restFirst, restLast []int64
-		byKey := map[string]*item{}
-		for _, it := range page {
-			if it.first < it.last {
-				restKeys, restFirst, restLast = append(restKeys, it.key), append(restFirst, it.first), append(restLast, it.last)
-				byKey[it.key] = it
-			}
-		}
-		if len(restKeys) > 0 {
-			rows, _ := p.Pool.Query(ctx, restSQL, ns, restKeys, restFirst, restLast)
-			p.Counts.rt(1)
-			if _, err := pgx.ForEachRow(rows, []any{&key, &id, &value}, func() error {
-				it := byKey[key]
-				it.rows = append(it.rows, pgRow{id, value})
-				return nil
-			}); err != nil {
-				return archived, fmt.Errorf("baseline postgres rows of %s: %w", ns, err)
-			}
 		}
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(p.workers())
@@ -196,6 +175,11 @@ func (p *PG) Batched(ctx context.Context, ns string) (int, error) {
 	}
 }
 
+// flushSQL makes its backend report its counts before it answers. It reads a catalog table too: a
+// backend whose transactions since its last report touched no table (this very statement, run
+// again) has no pending table counts, and then skips the report, database counts and all.
+const flushSQL = `SELECT pg_catalog.pg_stat_force_next_flush(), (SELECT count(*) FROM pg_catalog.pg_namespace)`
+
 // PGCommits is the database's committed transactions (pg_stat_database.xact_commit, read and write
 // alike) once every connection of pools has flushed its counts: each idle connection runs
 // pg_stat_force_next_flush() (PostgreSQL 15+), whose backend then reports its counts before it
@@ -206,7 +190,7 @@ func (p *PG) Batched(ctx context.Context, ns string) (int, error) {
 func PGCommits(ctx context.Context, conn *pgxpool.Pool, pools ...*pgxpool.Pool) (commits, overhead int64, err error) {
 	for _, pool := range append(pools, conn) {
 		for _, c := range pool.AcquireAllIdle(ctx) {
-			_, err = c.Exec(ctx, `SELECT pg_catalog.pg_stat_force_next_flush()`)
+			_, err = c.Exec(ctx, flushSQL)
 			c.Release()
 			if err != nil {
 				return 0, 0, err

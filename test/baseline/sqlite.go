@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -141,30 +142,58 @@ func (s *SQLite) PerAgent(ctx context.Context, ns string) (int, error) {
 	}
 }
 
-// Batched: a page of keys with their last ids (one statement), each key's rows (one statement a key:
-// in process, a statement costs a call, not a round trip), the blobs Workers at once, then one
-// transaction on the writing connection that deletes each key's rows up to its last id (one commit a
-// page).
+// Batched: one statement reads a page of keys with their last ids and each key's rows up to it, the
+// blobs are put Workers at once, and one DELETE on the writing connection drops each key's rows up to
+// its own last id (one statement, one commit a page).
 func (s *SQLite) Batched(ctx context.Context, ns string) (int, error) {
 	if err := s.open(); err != nil {
 		return 0, err
 	}
+	const pageSQL = `WITH page AS (
+		SELECT key, max(id) AS last FROM index_storage WHERE namespace = ? AND key > ? GROUP BY key ORDER BY key LIMIT ?
+	)
+	SELECT page.key, page.last, r.id, r.value FROM page
+	JOIN index_storage AS r ON r.namespace = ? AND r.key = page.key AND r.id <= page.last
+	ORDER BY page.key, r.id`
+	type item struct {
+		key  string
+		last int64
+		rows []sqlRow
+	}
 	archived, after := 0, ""
 	for {
-		keys, lasts, err := s.page(ctx, ns, after)
+		var page []*item
+		s.Counts.rt(1)
+		q, err := s.reader.QueryContext(ctx, pageSQL, ns, after, s.pageSize(), ns)
 		if err != nil {
+			return archived, fmt.Errorf("baseline sqlite page of %s: %w", ns, err)
+		}
+		for q.Next() {
+			var key string
+			var last int64
+			var r sqlRow
+			if err := q.Scan(&key, &last, &r.id, &r.value); err != nil {
+				q.Close()
+				return archived, err
+			}
+			if len(page) == 0 || page[len(page)-1].key != key {
+				page = append(page, &item{key: key, last: last})
+			}
+			it := page[len(page)-1]
+			it.rows = append(it.rows, r)
+		}
+		if err := q.Close(); err != nil {
+			return archived, err
+		}
+		if err := q.Err(); err != nil {
 			return archived, err
 		}
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(s.workers())
-		for i, key := range keys {
+		for _, it := range page {
 			g.Go(func() error {
-				rows, err := s.rows(gctx, s.reader, ns, key, lasts[i])
-				if err != nil {
-					return err
-				}
-				for _, r := range rows {
-					if err := s.Blobs.Put(gctx, BlobPath(key, uint64(r.id)), r.value); err != nil {
+				for _, r := range it.rows {
+					if err := s.Blobs.Put(gctx, BlobPath(it.key, uint64(r.id)), r.value); err != nil {
 						return err
 					}
 				}
@@ -174,40 +203,28 @@ func (s *SQLite) Batched(ctx context.Context, ns string) (int, error) {
 		if err := g.Wait(); err != nil {
 			return archived, err
 		}
-		if len(keys) > 0 {
-			if err := s.dropAll(ctx, ns, keys, lasts); err != nil {
-				return archived, err
+		if len(page) > 0 {
+			// page(k, l) AS (VALUES (?, ?), …): each key with its own bound.
+			values := strings.TrimSuffix(strings.Repeat("(?, ?), ", len(page)), ", ")
+			args := make([]any, 0, 2*len(page)+1)
+			for _, it := range page {
+				args = append(args, it.key, it.last)
+			}
+			args = append(args, ns)
+			s.Counts.rt(1)
+			if _, err := s.writer.ExecContext(ctx, `WITH page(k, l) AS (VALUES `+values+`)
+				DELETE FROM index_storage WHERE namespace = ? AND key IN (SELECT k FROM page)
+				AND id <= (SELECT l FROM page WHERE k = index_storage.key)`, args...); err != nil {
+				return archived, fmt.Errorf("baseline sqlite drop of a page of %s: %w", ns, err)
 			}
 		}
-		archived += len(keys)
-		s.Counts.agents(len(keys))
-		if len(keys) < s.pageSize() {
+		archived += len(page)
+		s.Counts.agents(len(page))
+		if len(page) < s.pageSize() {
 			return archived, nil
 		}
-		after = keys[len(keys)-1]
+		after = page[len(page)-1].key
 	}
-}
-
-func (s *SQLite) dropAll(ctx context.Context, ns string, keys []string, lasts []int64) error {
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("baseline sqlite begin: %w", err)
-	}
-	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, sqliteDrop)
-	if err != nil {
-		return fmt.Errorf("baseline sqlite prepare: %w", err)
-	}
-	s.Counts.rt(2 + len(keys)) // BEGIN, the DELETEs, COMMIT
-	for i, key := range keys {
-		if _, err := stmt.ExecContext(ctx, ns, key, lasts[i]); err != nil {
-			return fmt.Errorf("baseline sqlite drop %s %q: %w", ns, key, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("baseline sqlite commit: %w", err)
-	}
-	return nil
 }
 
 func (s *SQLite) page(ctx context.Context, ns, after string) (keys []string, lasts []int64, err error) {

@@ -87,21 +87,8 @@ func BenchmarkSweepStranded(b *testing.B) {
 // oplogtest.RawArchive at the same concurrency, in one run on the same store: agents/s of each, their
 // ratio, and the indexed-storage calls per archived agent of each.
 func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
-	blobStores := []struct {
-		name string
-		open func(b *testing.B) archive.BlobStore
-	}{
-		{"memblobs", func(*testing.B) archive.BlobStore { return memory.NewBlobStore() }},
-		{"fsblobs", func(b *testing.B) archive.BlobStore {
-			fs, err := fsblob.New(b.Context(), b.TempDir(), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return fs
-		}},
-	}
 	for _, be := range backendtest.All() {
-		for _, bs := range blobStores {
+		for _, bs := range benchBlobStores {
 			b.Run(be.Name+"/"+bs.name, func(b *testing.B) {
 				cfg := oplogtest.SweepConfig()
 				// Totals over the iterations, each of which runs both archivers: one slow tick of
@@ -147,6 +134,21 @@ func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchBlobStores are the blob stores the drains beside a baseline run with.
+var benchBlobStores = []struct {
+	name string
+	open func(b *testing.B) archive.BlobStore
+}{
+	{"memblobs", func(*testing.B) archive.BlobStore { return memory.NewBlobStore() }},
+	{"fsblobs", func(b *testing.B) archive.BlobStore {
+		fs, err := fsblob.New(b.Context(), b.TempDir(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return fs
+	}},
 }
 
 // sweepUntilDrained ticks the rig's sweeper back to back until n agents were drained and returns the

@@ -6,10 +6,10 @@ package baselinetest
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
@@ -57,9 +57,10 @@ func (c Counted) Minus(before Counted) Counted {
 	return Counted{N: c.N - before.N - extra, Scripts: c.Scripts - before.Scripts}
 }
 
-// For builds the baselines over st's engine with opts (Counts included). Memory has no engine: it
-// returns false.
-func For(tb testing.TB, st is.Storage, opts baseline.Options) (Engine, bool) {
+// For builds the baselines over st's engine, the per-agent one with opts and the batched one with
+// batched (each counting into its own Counts), sharing one client. Memory has no engine: it returns
+// false.
+func For(tb testing.TB, st is.Storage, opts, batched baseline.Options) (Engine, bool) {
 	tb.Helper()
 	for {
 		w, ok := st.(is.Wrapper)
@@ -71,8 +72,9 @@ func For(tb testing.TB, st is.Storage, opts baseline.Options) (Engine, bool) {
 	switch s := st.(type) {
 	case *sqlite.Store:
 		a := &baseline.SQLite{Path: s.Path(), Options: opts}
-		tb.Cleanup(func() { a.Close() })
-		return Engine{PerAgent: a.PerAgent, Batched: a.Batched}, true
+		c := &baseline.SQLite{Path: s.Path(), Options: batched}
+		tb.Cleanup(func() { a.Close(); c.Close() })
+		return Engine{PerAgent: a.PerAgent, Batched: c.Batched}, true
 	case *multisqlite.Store:
 		a := &baseline.MultiSQLite{Dir: s.Dir(), Options: opts}
 		return Engine{PerAgent: a.PerAgent}, true
@@ -86,11 +88,12 @@ func For(tb testing.TB, st is.Storage, opts baseline.Options) (Engine, bool) {
 			tb.Cleanup(func() { client.Close() })
 		}
 		a := &baseline.Redis{Client: client, Prefix: s.KeyPrefix(), Options: opts}
+		c := &baseline.Redis{Client: client, Prefix: s.KeyPrefix(), Options: batched}
 		var strata atomic.Int64
 		s.Client().AddHook(roundTrips{&strata})
 		return Engine{
 			PerAgent: a.PerAgent,
-			Batched:  a.Batched,
+			Batched:  c.Batched,
 			Unit:     "cmds",
 			Counter: func(ctx context.Context) (Counted, error) {
 				st, err := baseline.RedisCommandStats(ctx, client)
@@ -107,6 +110,9 @@ func For(tb testing.TB, st is.Storage, opts baseline.Options) (Engine, bool) {
 			}
 			cfg.ConnConfig.RuntimeParams["search_path"] = ""
 			cfg.MaxConns = conns
+			if conns == 1 { // the counter: no statement preparation, whose transactions would count
+				cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+			}
 			pool, err := pgxpool.NewWithConfig(tb.Context(), cfg)
 			if err != nil {
 				tb.Fatal(err)
@@ -114,11 +120,12 @@ func For(tb testing.TB, st is.Storage, opts baseline.Options) (Engine, bool) {
 			tb.Cleanup(pool.Close)
 			return pool
 		}
-		pool, counter := open(int32(max(opts.Workers, baseline.DefaultWorkers))), open(1)
+		pool, counter := open(int32(max(opts.Workers, batched.Workers, baseline.DefaultWorkers))), open(1)
 		a := &baseline.PG{Pool: pool, Schema: s.Schema(), Options: opts}
+		c := &baseline.PG{Pool: pool, Schema: s.Schema(), Options: batched}
 		return Engine{
 			PerAgent: a.PerAgent,
-			Batched:  a.Batched,
+			Batched:  c.Batched,
 			Unit:     "commits",
 			Counter: func(ctx context.Context) (Counted, error) {
 				n, overhead, err := baseline.PGCommits(ctx, counter, s.Pool(), pool)
@@ -155,7 +162,7 @@ func (e Engine) Describe() string {
 	case "commits":
 		return "commits: pg_stat_database.xact_commit of the database (read and write transactions alike), every connection flushed"
 	case "cmds":
-		return fmt.Sprintf("cmds: INFO commandstats calls of the server (commands scripts run included; other clients' too)")
+		return "cmds: INFO commandstats calls of the server (commands scripts run included; other clients' too)"
 	}
 	return "commits: the archivers' commit hooks; strata's write calls"
 }
