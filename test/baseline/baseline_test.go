@@ -2,12 +2,15 @@ package baseline_test
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/memory"
+	"github.com/stratalog/strata/backends/multisqlite"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
@@ -103,6 +106,19 @@ func TestBaselines_ArchiveEveryAgentAndLeaveNothing(t *testing.T) {
 				}
 				if n != len(agents) || counts.Agents.Load() != int64(len(agents)) {
 					t.Errorf("archived %d (counted %d), want %d", n, counts.Agents.Load(), len(agents))
+				}
+				if s, ok := st.(*multisqlite.Store); ok {
+					// Before any strata read, which would remove an emptied file the baseline left.
+					var left []string
+					filepath.WalkDir(s.NamespaceDir(ns), func(path string, d fs.DirEntry, err error) error {
+						if err == nil && strings.HasSuffix(path, ".db") {
+							left = append(left, path)
+						}
+						return nil
+					})
+					if len(left) > 0 {
+						t.Errorf("files left: %q", left)
+					}
 				}
 				requireArchived(t, st, blobs, agents)
 				if counts.RoundTrips.Load() == 0 {
