@@ -22,6 +22,7 @@ import (
 // every read and write under a shared flock(2) on the file's directory and the removal of an emptied
 // file under an exclusive one. It is the "simplest correct client" of that page: it opens a file's
 // connection after taking the lock and closes it before releasing it, so it needs no PERSIST_WAL.
+// It takes the exclusive lock for the whole of a file's archive, reads and writes included.
 // The keys come from the rows (a file's name is not decoded).
 type MultiSQLite struct {
 	Dir string
@@ -94,8 +95,9 @@ func lockDir(dir string, how int) (fd int, ok bool, err error) {
 }
 
 // PerAgent: the namespace directory's bucket directories in order, each listed, and per file, Workers
-// at once: under the shared lock, open it, read its rows (one statement), close it; a blob a row;
-// under the exclusive lock, open it, delete the rows up to the last id read (one statement, one
+// at once, all under the exclusive lock of its directory (one lock and one open a file: the least the
+// protocol allows; it keeps the bucket's other files waiting while the blobs are put): open it, read
+// its rows (one statement), a blob a row, delete the rows up to the last id read (one statement, one
 // commit), check it holds no row (one statement), close it and remove it with its -wal and -shm, and
 // the directory if that emptied it.
 func (m *MultiSQLite) PerAgent(ctx context.Context, ns string) (int, error) {
@@ -162,11 +164,10 @@ func (m *MultiSQLite) commitCounter() *atomic.Int64 {
 	return &m.Counts.Commits
 }
 
-// archiveFile archives one file; done is false when it was gone, empty, or refilled meanwhile.
+// archiveFile archives one file; done is false when it was gone, or still held rows (an append won).
 func (m *MultiSQLite) archiveFile(ctx context.Context, path string) (done bool, err error) {
 	dir := filepath.Dir(path)
-	var rows []keyedRow
-	err = m.underLock(dir, syscall.LOCK_SH, func() error {
+	err = m.underLock(dir, syscall.LOCK_EX, func() error {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
@@ -180,41 +181,35 @@ func (m *MultiSQLite) archiveFile(ctx context.Context, path string) (done bool, 
 		if err != nil {
 			return fmt.Errorf("baseline multisqlite read %s: %w", path, err)
 		}
-		defer q.Close()
+		var rows []keyedRow
 		for q.Next() {
 			var r keyedRow
 			if err := q.Scan(&r.key, &r.id, &r.value); err != nil {
+				q.Close()
 				return err
 			}
 			rows = append(rows, r)
 		}
-		return q.Err()
-	})
-	if err != nil || len(rows) == 0 {
-		return false, err
-	}
-	for _, r := range rows {
-		if err := m.Blobs.Put(ctx, BlobPath(r.key, uint64(r.id)), r.value); err != nil {
-			return false, err
-		}
-	}
-	last := rows[len(rows)-1].id
-	err = m.underLock(dir, syscall.LOCK_EX, func() error {
-		db, err := countingDB(path, m.commitCounter(), 1, true)
-		if err != nil {
+		if err := q.Close(); err != nil {
 			return err
 		}
+		if err := q.Err(); err != nil || len(rows) == 0 {
+			return err
+		}
+		for _, r := range rows {
+			if err := m.Blobs.Put(ctx, BlobPath(r.key, uint64(r.id)), r.value); err != nil {
+				return err
+			}
+		}
 		m.Counts.rt(2)
-		if _, err := db.ExecContext(ctx, `DELETE FROM index_storage WHERE id <= ?`, last); err != nil {
-			db.Close()
+		if _, err := db.ExecContext(ctx, `DELETE FROM index_storage WHERE id <= ?`, rows[len(rows)-1].id); err != nil {
 			return fmt.Errorf("baseline multisqlite drop %s: %w", path, err)
 		}
 		var one int
 		switch err := db.QueryRowContext(ctx, `SELECT 1 FROM index_storage LIMIT 1`).Scan(&one); {
-		case err == nil: // an append won the race: the file stays
-			return db.Close()
+		case err == nil: // rows above the last id read: the file stays
+			return nil
 		case !errors.Is(err, sql.ErrNoRows):
-			db.Close()
 			return fmt.Errorf("baseline multisqlite check %s: %w", path, err)
 		}
 		if err := db.Close(); err != nil {
