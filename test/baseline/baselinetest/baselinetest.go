@@ -25,6 +25,9 @@ import (
 // Archive archives every index of a namespace and returns how many.
 type Archive func(ctx context.Context, ns string) (int, error)
 
+// ApplicationName names the PostgreSQL sessions of the baselines For builds (pg_stat_activity).
+const ApplicationName = "strata-baseline"
+
 // Engine is the baselines over one strata store's engine.
 type Engine struct {
 	PerAgent Archive
@@ -109,6 +112,7 @@ func For(tb testing.TB, st is.Storage, opts, batched baseline.Options) (Engine, 
 				tb.Fatal(err)
 			}
 			cfg.ConnConfig.RuntimeParams["search_path"] = ""
+			cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 			cfg.MaxConns = conns
 			if conns == 1 { // the counter: no statement preparation, whose transactions would count
 				cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
