@@ -104,10 +104,11 @@ func (p *PG) Batched(ctx context.Context, ns string) (int, error) {
 	SELECT page.key, page.last, r.id, r.value FROM page
 	JOIN ` + t + ` AS r ON r.namespace = $1 AND r.key = page.key AND r.id <= page.last
 	ORDER BY page.key, r.id`
-	// The locks in the order of the array, which holds the page's keys ascending: a function scan
-	// yields its rows in order and the aggregate's argument is evaluated row by row as they come.
-	lockSQL := `SELECT count(pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(u.name, 0)))
-	FROM unnest($1::text[]) AS u(name)`
+	// The locks in key order (byte order, as the keys collate): the aggregate evaluates its argument
+	// row by row as the sorted subquery hands the rows up, so two batches never wait on each other
+	// in a cycle.
+	lockSQL := `SELECT count(pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(s.name, 0)))
+	FROM (SELECT u.name FROM unnest($1::text[]) AS u(name) ORDER BY u.name COLLATE "C") AS s`
 	dropSQL := `DELETE FROM ` + t + ` AS t USING unnest($2::text[], $3::bigint[]) AS u(key, last)
 	WHERE t.namespace = $1 AND t.key = u.key AND t.id <= u.last`
 	archived, after := 0, ""
