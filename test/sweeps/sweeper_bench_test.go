@@ -9,6 +9,7 @@ import (
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/backends/memory"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/oplogtest"
@@ -82,26 +83,14 @@ func BenchmarkSweepStranded(b *testing.B) {
 	}
 }
 
-// BenchmarkSweepStrandedBesideRaw: per backend and blob store, 10,000 stranded agents drained by the
+// BenchmarkSweepStrandedBesideRaw: per backend and blob store, 10,000 (STRATA_BENCH_AGENTS) stranded agents drained by the
 // sweep (default budgets, ticks back to back, both passes of the gate) and then 10,000 more by
 // oplogtest.RawArchive at the same concurrency, in one run on the same store: agents/s of each, their
 // ratio, and the indexed-storage calls per archived agent of each.
 func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
-	blobStores := []struct {
-		name string
-		open func(b *testing.B) archive.BlobStore
-	}{
-		{"memblobs", func(*testing.B) archive.BlobStore { return memory.NewBlobStore() }},
-		{"fsblobs", func(b *testing.B) archive.BlobStore {
-			fs, err := fsblob.New(b.Context(), b.TempDir(), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return fs
-		}},
-	}
+	n := testenv.PositiveInt(b, agentsEnv, benchAgents)
 	for _, be := range backendtest.All() {
-		for _, bs := range blobStores {
+		for _, bs := range benchBlobStores {
 			b.Run(be.Name+"/"+bs.name, func(b *testing.B) {
 				cfg := oplogtest.SweepConfig()
 				// Totals over the iterations, each of which runs both archivers: one slow tick of
@@ -114,30 +103,30 @@ func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
 					st := be.Open(b)
 					blobs := bs.open(b)
 					r := oplogtest.NewSweepRigOn(b, oplogtest.NewLayers(b, calls.Wrap(st), blobs), cfg)
-					agents := r.StrandAgents(b, fmt.Sprint("sweep-", i), benchAgents, 3)
+					agents := r.StrandAgents(b, fmt.Sprint("sweep-", i), n, 3)
 					calls.Reset()
 					start := time.Now()
-					sweepUntilDrained(b, r, benchAgents)
+					sweepUntilDrained(b, r, int64(n))
 					sweepTime += time.Since(start)
 					sweepCalls += total(calls.Reset())
-					if n := r.StrandedCount(b, agents); n != 0 {
-						b.Fatalf("%d agents left", n)
+					if left := r.StrandedCount(b, agents); left != 0 {
+						b.Fatalf("%d agents left", left)
 					}
 
-					r.StrandAgents(b, fmt.Sprint("raw-", i), benchAgents, 3)
+					r.StrandAgents(b, fmt.Sprint("raw-", i), n, 3)
 					calls.Reset()
 					start = time.Now()
-					n, err := oplogtest.RawArchive(b.Context(), r.St, blobs, oplog.CompressedNamespace(oplog.Ephemeral, 1), cfg.MaxConcurrency, cfg.PageSize)
+					got, err := oplogtest.RawArchive(b.Context(), r.St, blobs, oplog.CompressedNamespace(oplog.Ephemeral, 1), cfg.MaxConcurrency, cfg.PageSize)
 					rawTime += time.Since(start)
 					rawCalls += total(calls.Reset())
-					if err != nil || n != benchAgents {
-						b.Fatalf("raw archiver: %d agents, %v", n, err)
+					if err != nil || got != n {
+						b.Fatalf("raw archiver: %d agents, %v", got, err)
 					}
 					if page, err := st.ScanStable(b.Context(), oplog.CompressedNamespace(oplog.Ephemeral, 1), is.AllKeys, is.Resume{}, 1); err != nil || len(page.Keys) > 0 {
 						b.Fatalf("the raw archiver left %q, %v", page.Keys, err)
 					}
 				}
-				archived := float64(iterations * benchAgents)
+				archived := float64(iterations * n)
 				sweepRate, rawRate := archived/sweepTime.Seconds(), archived/rawTime.Seconds()
 				b.ReportMetric(sweepRate, "sweep-agents/s")
 				b.ReportMetric(rawRate, "raw-agents/s")
@@ -147,6 +136,21 @@ func BenchmarkSweepStrandedBesideRaw(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchBlobStores are the blob stores the drains beside a baseline run with.
+var benchBlobStores = []struct {
+	name string
+	open func(b *testing.B) archive.BlobStore
+}{
+	{"memblobs", func(*testing.B) archive.BlobStore { return memory.NewBlobStore() }},
+	{"fsblobs", func(b *testing.B) archive.BlobStore {
+		fs, err := fsblob.New(b.Context(), b.TempDir(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return fs
+	}},
 }
 
 // sweepUntilDrained ticks the rig's sweeper back to back until n agents were drained and returns the
