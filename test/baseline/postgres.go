@@ -202,3 +202,12 @@ func PGCommits(ctx context.Context, conn *pgxpool.Pool, pools ...*pgxpool.Pool) 
 	err = conn.QueryRow(ctx, `SELECT xact_commit FROM pg_catalog.pg_stat_database WHERE datname = current_database()`).Scan(&commits)
 	return commits, overhead, err
 }
+
+// PGWriteTransactions is the next transaction id the cluster will assign: a transaction takes one
+// when it first writes, and a read-only one never does, so the advance between two readings is the
+// write transactions committed or aborted between them, in every database of the cluster (run it on
+// a server nothing else writes to). The reading itself assigns none.
+func PGWriteTransactions(ctx context.Context, conn *pgxpool.Pool) (next int64, err error) {
+	err = conn.QueryRow(ctx, `SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint`).Scan(&next)
+	return next, err
+}

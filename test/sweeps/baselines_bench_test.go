@@ -85,8 +85,9 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 					time time.Duration
 					// rt and commits as the archiver counts them (the sweep: its storage calls, or
 					// its client's requests on Redis, and its write calls); engine and scripts as
-					// the engine counts them (xact_commit, or commandstats calls and script calls).
-					agents, rt, commits, engine, scripts int64
+					// the engine counts them (xact_commit, or commandstats calls and script calls),
+					// and writes the write transactions PostgreSQL assigned an id to.
+					agents, rt, commits, engine, scripts, writes int64
 				}
 				var sweep, rawT, batchT tally
 				phases := []struct {
@@ -158,6 +159,7 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 							d := after.Minus(before)
 							ph.t.engine += d.N
 							ph.t.scripts += d.Scripts
+							ph.t.writes += d.Writes
 						}
 						requireDrainedBy(b, ph.name, r, st, blobs, ns, agents)
 						calls.Reset()
@@ -170,6 +172,7 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 					switch eng.Unit {
 					case "commits":
 						b.ReportMetric(float64(t.engine)/agents, name+"-commits/agent")
+						b.ReportMetric(float64(t.writes)/agents, name+"-writes/agent")
 					case "cmds":
 						b.ReportMetric(float64(t.engine)/agents, name+"-cmds/agent")
 						b.ReportMetric(float64(t.scripts)/agents, name+"-scripts/agent")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
+	"fmt"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
@@ -62,25 +64,23 @@ func (e *Engine) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID
 			endRead(c)
 		}
 	}()
-	closestLast, err := c.PrepareContext(ctx, qClosestLast)
-	if err != nil {
+	// One statement reads every key (a statement costs the driver far more than the seeks it makes);
+	// the keys it could not read as the contract's types, or all of them where the statement itself
+	// failed for one key's rows, are read again one statement a key, each failing alone.
+	again, err := readClosestLastAll(ctx, c, ns, reqs, out)
+	switch {
+	case err != nil && !KeyFault(ctx, err):
 		return nil, err
-	}
-	defer closestLast.Close()
-	lastID, err := c.PrepareContext(ctx, qLastID)
-	if err != nil {
-		return nil, err
-	}
-	defer lastID.Close()
-	for i, r := range reqs {
-		res, err := readClosestLast(ctx, closestLast, lastID, ns, r.Key, r.ID)
-		if err != nil {
-			if !KeyFault(ctx, err) {
-				return nil, err
-			}
-			res = is.ClosestLastResult{Err: err}
+	case err != nil:
+		again = make([]int, len(reqs))
+		for i := range again {
+			again[i] = i
 		}
-		out[i] = res
+	}
+	if len(again) > 0 {
+		if err := readEach(ctx, c, ns, reqs, again, out); err != nil {
+			return nil, err
+		}
 	}
 	open = false
 	if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
@@ -100,6 +100,97 @@ func endRead(c *sql.Conn) {
 	if _, err := c.ExecContext(context.Background(), `ROLLBACK`); err != nil {
 		_ = c.Raw(func(any) error { return driver.ErrBadConn })
 	}
+}
+
+// qClosestLastAll is ClosestLast of every key of a JSON array of [key, id] pairs (a null id: above
+// MaxID, no closest entry), in one statement: per key, one seek for its last id and one for its
+// closest entry, both on the primary key. The first column is the pair's position.
+const qClosestLastAll = `SELECT j.key,
+	(SELECT id FROM index_storage WHERE namespace = ?1 AND key = j.value ->> 0 ORDER BY id DESC LIMIT 1),
+	c.id, c.value
+FROM json_each(?2) AS j
+LEFT JOIN index_storage AS c ON c.namespace = ?1 AND c.key = j.value ->> 0 AND c.id = (
+	SELECT id FROM index_storage WHERE namespace = ?1 AND key = j.value ->> 0 AND id >= j.value ->> 1 ORDER BY id LIMIT 1)`
+
+// readClosestLastAll reads every key of reqs into out with qClosestLastAll, and returns the positions
+// of the keys whose row it could not take as the contract's types (a foreign writer's row of another
+// type), to be read again one by one.
+func readClosestLastAll(ctx context.Context, c *sql.Conn, ns string, reqs []is.KeyID, out []is.ClosestLastResult) (again []int, err error) {
+	pairs := make([][2]any, len(reqs))
+	for i, r := range reqs {
+		pairs[i][0] = r.Key
+		if r.ID <= is.MaxID {
+			pairs[i][1] = int64(r.ID)
+		}
+	}
+	arg, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.QueryContext(ctx, qClosestLastAll, ns, string(arg))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var at int
+		var last, found, value any
+		if err := rows.Scan(&at, &last, &found, &value); err != nil {
+			return nil, err
+		}
+		if at < 0 || at >= len(reqs) {
+			return nil, fmt.Errorf("batch read: row for position %d of %d", at, len(reqs))
+		}
+		seen++
+		lastID, okLast := last.(int64)
+		foundID, okFound := found.(int64)
+		blob, okValue := value.([]byte)
+		switch {
+		case last != nil && (!okLast || lastID <= 0), found != nil && (!okFound || foundID <= 0 || !okValue):
+			again = append(again, at)
+			continue
+		}
+		var res is.ClosestLastResult
+		if found != nil {
+			res.Entry, res.Found = is.Entry{ID: uint64(foundID), Value: orEmpty(blob)}, true
+		}
+		res.Last, res.Exists = uint64(lastID), last != nil
+		out[at] = res
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if seen != len(reqs) {
+		return nil, fmt.Errorf("batch read: %d rows for %d keys", seen, len(reqs))
+	}
+	return again, nil
+}
+
+// readEach reads the keys of reqs at the positions at one statement a key, into out: a key's own
+// failure is its Err.
+func readEach(ctx context.Context, c *sql.Conn, ns string, reqs []is.KeyID, at []int, out []is.ClosestLastResult) error {
+	closestLast, err := c.PrepareContext(ctx, qClosestLast)
+	if err != nil {
+		return err
+	}
+	defer closestLast.Close()
+	lastID, err := c.PrepareContext(ctx, qLastID)
+	if err != nil {
+		return err
+	}
+	defer lastID.Close()
+	for _, i := range at {
+		res, err := readClosestLast(ctx, closestLast, lastID, ns, reqs[i].Key, reqs[i].ID)
+		if err != nil {
+			if !KeyFault(ctx, err) {
+				return err
+			}
+			res = is.ClosestLastResult{Err: err}
+		}
+		out[i] = res
+	}
+	return nil
 }
 
 // readClosestLast is ClosestLast of one key through the batch's prepared statements.

@@ -47,6 +47,7 @@ type Engine struct {
 type Counted struct {
 	N        int64 // xact_commit, or commandstats calls
 	Scripts  int64 // Redis: script calls among N
+	Writes   int64 // PostgreSQL: write transactions (transaction ids assigned), of the whole cluster
 	overhead int64 // commits the reading itself made and counted (PostgreSQL)
 }
 
@@ -57,7 +58,7 @@ func (c Counted) Minus(before Counted) Counted {
 	if before.overhead > 0 {
 		extra++
 	}
-	return Counted{N: c.N - before.N - extra, Scripts: c.Scripts - before.Scripts}
+	return Counted{N: c.N - before.N - extra, Scripts: c.Scripts - before.Scripts, Writes: c.Writes - before.Writes}
 }
 
 // For builds the baselines over st's engine, the per-agent one with opts and the batched one with
@@ -133,7 +134,11 @@ func For(tb testing.TB, st is.Storage, opts, batched baseline.Options) (Engine, 
 			Unit:     "commits",
 			Counter: func(ctx context.Context) (Counted, error) {
 				n, overhead, err := baseline.PGCommits(ctx, counter, s.Pool(), pool)
-				return Counted{N: n, overhead: overhead}, err
+				if err != nil {
+					return Counted{}, err
+				}
+				writes, err := baseline.PGWriteTransactions(ctx, counter)
+				return Counted{N: n, Writes: writes, overhead: overhead}, err
 			},
 		}, true
 	}
