@@ -117,38 +117,6 @@ func TestDropPrefixMany_EqualsDropPrefixOfEachKey(t *testing.T) {
 	}
 }
 
-func TestBatch_InvalidOrClosedTouchesNothing(t *testing.T) {
-	st := open(t, t.TempDir(), Options{})
-	ks := keys(4)
-	fillBatch(t, st, ks)
-	before := state(t, st, ks)
-	for _, reqs := range [][]is.KeyID{
-		{{Key: ks[1], ID: 9}, {Key: ks[1], ID: 9}},
-		{{Key: ks[1], ID: 9}, {Key: "", ID: 9}},
-		make([]is.KeyID, is.MaxBatch+1),
-	} {
-		if _, err := st.DropPrefixMany(t.Context(), testNS, reqs); !errors.Is(err, is.ErrInvalidArgument) {
-			t.Fatalf("DropPrefixMany of an invalid batch: %v, want ErrInvalidArgument", err)
-		}
-		if _, err := st.ClosestLastMany(t.Context(), testNS, reqs); !errors.Is(err, is.ErrInvalidArgument) {
-			t.Fatalf("ClosestLastMany of an invalid batch: %v, want ErrInvalidArgument", err)
-		}
-	}
-	if after := state(t, st, ks); !reflect.DeepEqual(before, after) {
-		t.Fatalf("an invalid batch changed the store:\nbefore %v\nafter  %v", before, after)
-	}
-	st.Close()
-	for name, err := range map[string]error{
-		"ClosestLastMany": func() error { _, err := st.ClosestLastMany(t.Context(), testNS, nil); return err }(),
-		"DropPrefixMany":  func() error { _, err := st.DropPrefixMany(t.Context(), testNS, nil); return err }(),
-	} {
-		var oe *is.OpError
-		if !errors.Is(err, is.ErrClosed) || !errors.As(err, &oe) || oe.Key != "" || oe.Namespace != testNS {
-			t.Fatalf("%s after Close: %v, want ErrClosed naming the namespace and no key", name, err)
-		}
-	}
-}
-
 // An unreadable file fails its own key; the other keys are read, and dropped.
 func TestBatch_UnreadableFileFailsItsKeyAlone(t *testing.T) {
 	st := open(t, t.TempDir(), Options{})

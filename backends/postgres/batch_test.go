@@ -480,43 +480,6 @@ func waitBlockedOrDone[T any](t *testing.T, st *postgres.Store, pid uint32, done
 	}
 }
 
-// Invalid arguments fail the call with ErrInvalidArgument and touch nothing; a closed store fails it
-// with ErrClosed. Either error names the operation and the namespace, no key.
-func TestBatch_InvalidArgumentsAndClosedFailTheCall(t *testing.T) {
-	st := newStore(t, testenv.PostgresSchema(t, testenv.PostgresURL(t)))
-	ctx := t.Context()
-	fill(t, st, testNS, "k", entriesFrom(1, 3))
-	tooMany := make([]is.KeyID, is.MaxBatch+1)
-	for i := range tooMany {
-		tooMany[i] = is.KeyID{Key: fmt.Sprint("k", i), ID: is.MaxID}
-	}
-	invalid := map[string]struct {
-		ns   string
-		reqs []is.KeyID
-	}{
-		"key twice":     {testNS, []is.KeyID{{Key: "k", ID: 3}, {Key: "k", ID: 3}}},
-		"empty key":     {testNS, []is.KeyID{{Key: "k", ID: 3}, {Key: "", ID: 3}}},
-		"NUL in a key":  {testNS, []is.KeyID{{Key: "k", ID: 3}, {Key: "a\x00b", ID: 3}}},
-		"bad namespace": {"", []is.KeyID{{Key: "k", ID: 3}}},
-		"too many keys": {testNS, tooMany},
-		"invalid UTF-8": {testNS, []is.KeyID{{Key: "k", ID: 3}, {Key: "\xff", ID: 3}}},
-	}
-	for name, c := range invalid {
-		_, err := st.ClosestLastMany(ctx, c.ns, c.reqs)
-		requireCallError(t, name, err, is.ErrInvalidArgument, is.OpClosestLastMany, c.ns)
-		_, err = st.DropPrefixMany(ctx, c.ns, c.reqs)
-		requireCallError(t, name, err, is.ErrInvalidArgument, is.OpDropPrefixMany, c.ns)
-	}
-	if got := readIDs(t, st, "k"); !slices.Equal(got, span(1, 3)) {
-		t.Fatalf("k after the refused drops: %v, want 1..3", got)
-	}
-	st.Close()
-	_, err := st.ClosestLastMany(ctx, testNS, []is.KeyID{{Key: "k", ID: 1}})
-	requireCallError(t, "closed", err, is.ErrClosed, is.OpClosestLastMany, testNS)
-	_, err = st.DropPrefixMany(ctx, testNS, []is.KeyID{{Key: "k", ID: 1}})
-	requireCallError(t, "closed", err, is.ErrClosed, is.OpDropPrefixMany, testNS)
-}
-
 func requireCallError(t *testing.T, name string, err, want error, op is.Operation, ns string) {
 	t.Helper()
 	var opErr *is.OpError

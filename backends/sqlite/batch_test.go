@@ -1,14 +1,12 @@
 package sqlite_test
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,120 +51,6 @@ func reqsOf(keys []string) []is.KeyID {
 		reqs[len(keys)-1-i] = is.KeyID{Key: k, ID: ids[i%len(ids)]}
 	}
 	return append(reqs, is.KeyID{Key: "agent:missing", ID: 1})
-}
-
-// contents is every entry of keys, for comparing two stores.
-func contents(t *testing.T, st is.Storage, keys []string) map[string][]is.Entry {
-	t.Helper()
-	out := map[string][]is.Entry{}
-	for _, k := range append(keys, "agent:missing") {
-		es, err := st.Read(t.Context(), batchNS, k, 0, ^uint64(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ok, err := st.Exists(t.Context(), batchNS, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok != (len(es) > 0) {
-			t.Fatalf("%q: Exists %v with %d entries", k, ok, len(es))
-		}
-		out[k] = es
-	}
-	return out
-}
-
-func TestClosestLastMany_EqualsClosestLastOfEachKey(t *testing.T) {
-	st := openFile(t, filepath.Join(t.TempDir(), "strata.db"), sqlite.Options{})
-	keys := batchKeys(20)
-	fillBatch(t, st, keys)
-	reqs := reqsOf(keys)
-	got, err := st.ClosestLastMany(t.Context(), batchNS, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(reqs) {
-		t.Fatalf("%d results for %d keys", len(got), len(reqs))
-	}
-	for i, r := range reqs {
-		var want is.ClosestLastResult
-		want.Entry, want.Found, want.Last, want.Exists, want.Err = st.ClosestLast(t.Context(), batchNS, r.Key, r.ID)
-		if want.Err != nil {
-			t.Fatal(want.Err)
-		}
-		if !reflect.DeepEqual(got[i], want) {
-			t.Fatalf("key %q at %d: batch %+v, ClosestLast %+v", r.Key, r.ID, got[i], want)
-		}
-	}
-	if got, err := st.ClosestLastMany(t.Context(), batchNS, nil); err != nil || len(got) != 0 {
-		t.Fatalf("empty batch: %v, %v", got, err)
-	}
-}
-
-func TestDropPrefixMany_EqualsDropPrefixOfEachKey(t *testing.T) {
-	batch := openFile(t, filepath.Join(t.TempDir(), "batch.db"), sqlite.Options{})
-	single := openFile(t, filepath.Join(t.TempDir(), "single.db"), sqlite.Options{})
-	keys := batchKeys(20)
-	fillBatch(t, batch, keys)
-	fillBatch(t, single, keys)
-	reqs := reqsOf(keys)
-	got, err := batch.DropPrefixMany(t.Context(), batchNS, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(reqs) {
-		t.Fatalf("%d results for %d keys", len(got), len(reqs))
-	}
-	for i, r := range reqs {
-		n, err := single.DropPrefix(t.Context(), batchNS, r.Key, r.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got[i] != (is.DropResult{Dropped: n}) {
-			t.Fatalf("key %q up to %d: batch %+v, DropPrefix dropped %d", r.Key, r.ID, got[i], n)
-		}
-	}
-	if a, b := contents(t, batch, keys), contents(t, single, keys); !reflect.DeepEqual(a, b) {
-		t.Fatalf("after the drops the stores differ:\nbatch  %v\nsingle %v", a, b)
-	}
-	if got, err := batch.DropPrefixMany(t.Context(), batchNS, []is.KeyID{}); err != nil || len(got) != 0 {
-		t.Fatalf("empty batch: %v, %v", got, err)
-	}
-}
-
-func TestBatch_InvalidOrClosedTouchesNothing(t *testing.T) {
-	st := openFile(t, filepath.Join(t.TempDir(), "strata.db"), sqlite.Options{})
-	keys := batchKeys(4)
-	fillBatch(t, st, keys)
-	before := contents(t, st, keys)
-	for _, reqs := range [][]is.KeyID{
-		{{Key: keys[1], ID: 9}, {Key: keys[1], ID: 9}},
-		{{Key: keys[1], ID: 9}, {Key: "", ID: 9}},
-		make([]is.KeyID, is.MaxBatch+1),
-	} {
-		if _, err := st.DropPrefixMany(t.Context(), batchNS, reqs); !errors.Is(err, is.ErrInvalidArgument) {
-			t.Fatalf("DropPrefixMany of an invalid batch: %v, want ErrInvalidArgument", err)
-		}
-		if _, err := st.ClosestLastMany(t.Context(), batchNS, reqs); !errors.Is(err, is.ErrInvalidArgument) {
-			t.Fatalf("ClosestLastMany of an invalid batch: %v, want ErrInvalidArgument", err)
-		}
-	}
-	if _, err := st.DropPrefixMany(t.Context(), "", []is.KeyID{{Key: keys[1], ID: 9}}); !errors.Is(err, is.ErrInvalidArgument) {
-		t.Fatalf("DropPrefixMany in an invalid namespace: %v", err)
-	}
-	if after := contents(t, st, keys); !reflect.DeepEqual(before, after) {
-		t.Fatalf("an invalid batch changed the store:\nbefore %v\nafter  %v", before, after)
-	}
-	st.Close()
-	for name, err := range map[string]error{
-		"ClosestLastMany": func() error { _, err := st.ClosestLastMany(t.Context(), batchNS, nil); return err }(),
-		"DropPrefixMany":  func() error { _, err := st.DropPrefixMany(t.Context(), batchNS, nil); return err }(),
-	} {
-		var oe *is.OpError
-		if !errors.Is(err, is.ErrClosed) || !errors.As(err, &oe) || oe.Key != "" || oe.Namespace != batchNS {
-			t.Fatalf("%s after Close: %v, want ErrClosed naming the namespace and no key", name, err)
-		}
-	}
 }
 
 // walCommits counts the commits in a file's WAL: the frames of the WAL's current salt whose header
@@ -279,78 +163,6 @@ func TestBatch_PoisonedKeyFailsAlone(t *testing.T) {
 		}
 		if n != want {
 			t.Fatalf("%q holds %d entries after the batch, want %d", k, n, want)
-		}
-	}
-}
-
-// A batch drop racing appends above its upTo, from another handle on the file, loses none of them.
-func TestDropPrefixMany_RacingAppendsAreKept(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "strata.db")
-	st := openFile(t, path, sqlite.Options{})
-	other := openFile(t, path, sqlite.Options{})
-	ctx := t.Context()
-	keys := batchKeys(16)
-	for _, k := range keys {
-		if err := st.Append(ctx, batchNS, k, 1, []byte("1")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const rounds = 40
-	var wg sync.WaitGroup
-	errs := make(chan error, len(keys)+1)
-	for _, k := range keys {
-		wg.Go(func() {
-			for id := uint64(2); id <= rounds+1; id++ {
-				if err := is.Retry(ctx, is.RetryPolicy{}, func(ctx context.Context) error {
-					return other.Append(ctx, batchNS, k, id, []byte("v"))
-				}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	dropped := map[string]uint64{}
-	wg.Go(func() {
-		for round := uint64(1); round <= rounds; round++ {
-			reqs := make([]is.KeyID, len(keys))
-			for i, k := range keys {
-				reqs[i] = is.KeyID{Key: k, ID: round}
-			}
-			res, err := st.DropPrefixMany(ctx, batchNS, reqs)
-			if err != nil {
-				if !errors.Is(err, is.ErrTransient) {
-					errs <- err
-					return
-				}
-				continue
-			}
-			for i, r := range res {
-				if r.Err != nil {
-					errs <- r.Err
-					return
-				}
-				dropped[keys[i]] += r.Dropped
-			}
-		}
-	})
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for _, k := range keys {
-		es, err := st.Read(ctx, batchNS, k, 0, ^uint64(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if total := dropped[k] + uint64(len(es)); total != rounds+1 {
-			t.Fatalf("%q: %d dropped and %d left, want the %d appended", k, dropped[k], len(es), rounds+1)
-		}
-		for j, e := range es {
-			if want := uint64(rounds + 1 - len(es) + j + 1); e.ID != want {
-				t.Fatalf("%q: a gap: entry %d is id %d, want %d", k, j, e.ID, want)
-			}
 		}
 	}
 }
