@@ -11,8 +11,10 @@ cd "$(dirname "$0")/.."
 . .ci/services.sh
 export STRATA_TEST_LONG=1
 
-echo "long: go test -race ./... (STRATA_TEST_LONG=1)"
-go test -race ./...
+echo "long: go test -race -timeout 45m ./... (STRATA_TEST_LONG=1)"
+# test/oplogs cuts a drain, and a batch drain, at every storage call on every engine under the race
+# detector: more than go test's default ten minutes for one package.
+go test -race -timeout 45m ./...
 
 # Latency injected on PostgreSQL through a proxy. It asserts correctness only (every entry read back
 # exactly once, every stranded oplog archived, no scheduled row fired twice) and exits non-zero
