@@ -128,10 +128,7 @@ func TestOplog_BatchDrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
 		if b.Name != "memory" {
 			testenv.SkipUnlessLong(t, "the crash windows of batch drains on engines other than memory")
 		}
-		var in faults.Injector
-		base := oplogtest.NewLayers(t, b.Open(t), nil)
-		l := oplogtest.NewLayers(t, in.Storage(base.St), in.Blobs(base.Blobs))
-		l.St, l.Blobs = base.St, base.Blobs // checks read the stores directly, uncounted
+		in, l := injectedLayers(t, b)
 		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
 		for _, mode := range oplog.Modes {
 			probe := writeBatch(t, l, mode, "probe", fixed)

@@ -77,16 +77,24 @@ func TestOplog_WritesAndReadsAcrossArchivesAndReopening(t *testing.T) {
 // A crash can stop a drain between any two storage calls. For every call k a clean drain makes, fail
 // the k-th (before it reaches the store, and after the store applied it): every entry must still read
 // back exactly once, and a re-run must converge to the drained state with nothing lost or doubled.
+// injectedLayers is a stack over b whose storage and blob calls go through one fault injector; the
+// layers' St and Blobs are the stores themselves, so the checks read them directly, uncounted.
+func injectedLayers(t *testing.T, b backendtest.Backend) (*faults.Injector, *oplogtest.Layers) {
+	t.Helper()
+	in := &faults.Injector{}
+	base := oplogtest.NewLayers(t, b.Open(t), nil)
+	l := oplogtest.NewLayers(t, in.Storage(base.St), in.Blobs(base.Blobs))
+	l.St, l.Blobs = base.St, base.Blobs
+	return in, l
+}
+
 func TestOplog_DrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
 	const n = 4096 + 2500 // two batches a hop, so a fault can fall between batches
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		if b.Name != "memory" {
 			testenv.SkipUnlessLong(t, "the crash windows on engines other than memory")
 		}
-		var in faults.Injector
-		base := oplogtest.NewLayers(t, b.Open(t), nil)
-		l := oplogtest.NewLayers(t, in.Storage(base.St), in.Blobs(base.Blobs))
-		l.St, l.Blobs = base.St, base.Blobs // checks read the stores directly, uncounted
+		in, l := injectedLayers(t, b)
 		// The same chunking for every agent, so each makes the calls the probe counted.
 		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
 		for _, mode := range oplog.Modes {
