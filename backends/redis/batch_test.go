@@ -708,20 +708,8 @@ func TestBatch_UnreachableMasterFailsItsKeysOnly(t *testing.T) {
 // With wait_replicas, a batch drop waits for the replicas of every master it wrote to: on the cluster
 // (one replica a master) 1 is met; 2 is not, and each key's drop, which is done, reports ErrTransient.
 func TestDropPrefixMany_WaitsForReplicas(t *testing.T) {
-	raw := testenv.RedisClusterURL(t)
-	prefix := testenv.RedisClusterPrefix(t, raw)
-	open := func(n int) *redis.Store {
-		u := testenv.WithQuery(t, testenv.WithQuery(t, testenv.WithQuery(t, raw, redis.PrefixParam, prefix),
-			redis.WaitReplicasParam, fmt.Sprint(n)), redis.WaitTimeoutParam, "200ms")
-		st, err := redis.Open(t.Context(), u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
 	ctx := t.Context()
-	one, two := open(1), open(2)
+	one, two := waitingClusterStores(t)
 	var reqs []is.KeyID
 	for i := range 20 {
 		k := fmt.Sprintf("%sc:wait-%d", is.BucketPrefix(i*800), i)

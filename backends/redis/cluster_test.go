@@ -548,9 +548,10 @@ func TestOpen_ClusterURLs(t *testing.T) {
 	}
 }
 
-// wait_replicas makes each write wait for that many replicas: on the cluster (one replica a master)
-// 1 is met, 2 is not and the write, which is done, reports ErrTransient.
-func TestWaitReplicas(t *testing.T) {
+// waitingClusterStores opens two stores on one prefix of the test cluster, one waiting for 1 replica
+// and one for 2, each for at most 200 ms.
+func waitingClusterStores(t *testing.T) (one, two *redis.Store) {
+	t.Helper()
 	raw := testenv.RedisClusterURL(t)
 	prefix := testenv.RedisClusterPrefix(t, raw)
 	open := func(n int) *redis.Store {
@@ -563,8 +564,14 @@ func TestWaitReplicas(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		return st
 	}
+	return open(1), open(2)
+}
+
+// wait_replicas makes each write wait for that many replicas: on the cluster (one replica a master)
+// 1 is met, 2 is not and the write, which is done, reports ErrTransient.
+func TestWaitReplicas(t *testing.T) {
 	ctx := t.Context()
-	one, two := open(1), open(2)
+	one, two := waitingClusterStores(t)
 	if w := one.Wait(); w.Replicas != 1 || w.Timeout != 200*time.Millisecond {
 		t.Fatalf("Wait %+v", w)
 	}
