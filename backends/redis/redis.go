@@ -30,8 +30,10 @@
 //     caller may delete as it goes. The probes of many buckets go in one pipeline, so a walk over all
 //     16,384 buckets costs a few round trips a page, and nothing in it depends on other keys of the
 //     database. The backend declares OrderedScan. Each page carries its keys' last ids
-//     (Page.LastIDs), read in one more pipeline of the id-only script; a key whose index went in
-//     between is left out, and a page whose id reads fail (a foreign value) goes without ids.
+//     (Page.LastIDs): on one node the probe script reads them with the sets (a page is one round trip
+//     when its keys are bucketed), on a cluster one more pipeline of the id-only script does; a key
+//     whose index went in between is left out, and a page whose id reads fail (a foreign value) goes
+//     without ids.
 //
 // The key prefix isolates Stores sharing a database; two prefixes on one database must not be
 // prefixes of each other, and a prefix holds no '{' or '}' (it would move the hash tag).

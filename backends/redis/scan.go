@@ -57,7 +57,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if r.Bounded() {
 		zr.Max = "(" + r.End
 	}
-	keys, done, err := s.scanSets(ctx, ns, rest, zr, count)
+	keys, probed, done, err := s.scanSets(ctx, ns, rest, zr, count)
 	if err != nil {
 		return is.Page{}, fail(is.OpScanStable, ns, "", fmt.Errorf("%v: %w", r, classify(err)))
 	}
@@ -66,8 +66,54 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 		// The marker is the last key of the merge, whether or not lastIDs keeps it.
 		page = is.Page{Next: is.MarkerResume(keys[len(keys)-1])}
 	}
-	page.Keys, page.LastIDs = s.lastIDs(ctx, ns, keys)
+	page.Keys, page.LastIDs = s.pageLastIDs(ctx, ns, keys, probed)
 	return page, nil
+}
+
+// pageLastIDs pairs a page's keys with their last ids: those the probe script read with the index
+// sets (probed; on one node), and for the rest (unbucketed keys, and every key on a cluster) one
+// pipeline of lastIDs. The rules are lastIDs's: a key whose index is gone is left out, and a read that
+// failed leaves the whole page without ids, every key kept.
+func (s *Store) pageLastIDs(ctx context.Context, ns string, keys []string, probed map[string]probedID) ([]string, []uint64) {
+	var rest []string
+	for _, k := range keys {
+		id, ok := probed[k]
+		if !ok {
+			rest = append(rest, k)
+		} else if id.failed {
+			return keys, nil
+		}
+	}
+	if len(rest) == len(keys) {
+		return s.lastIDs(ctx, ns, keys)
+	}
+	restKept, restIDs := s.lastIDs(ctx, ns, rest)
+	if len(rest) > 0 && restIDs == nil {
+		return keys, nil
+	}
+	fromRest := make(map[string]uint64, len(restKept))
+	for i, k := range restKept {
+		fromRest[k] = restIDs[i]
+	}
+	kept := make([]string, 0, len(keys))
+	ids := make([]uint64, 0, len(keys))
+	for _, k := range keys {
+		if id, ok := probed[k]; ok {
+			if id.exists {
+				kept, ids = append(kept, k), append(ids, id.id)
+			}
+		} else if id, ok := fromRest[k]; ok {
+			kept, ids = append(kept, k), append(ids, id)
+		}
+	}
+	return kept, ids
+}
+
+// probedID is what the probe script read of a bucketed key's index with its set: the last id, or that
+// the index is gone, or that the read failed.
+type probedID struct {
+	id             uint64
+	exists, failed bool
 }
 
 // lastIDsScript returns the id bytes of each index's greatest member (false for an index that does
@@ -140,9 +186,9 @@ func (s *Store) lastIDs(ctx context.Context, ns string, keys []string) ([]string
 }
 
 // scanSets returns the count smallest keys of ns within zr (whose bounds are rest's) and whether they
-// are all there are. It may return fewer (a page may be short): never a key beyond one it has not
-// seen all the keys below.
-func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *goredis.ZRangeBy, count int) ([]string, bool, error) {
+// are all there are, with the last ids the probes read of bucketed keys (on one node). It may return
+// fewer (a page may be short): never a key beyond one it has not seen all the keys below.
+func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *goredis.ZRangeBy, count int) (_ []string, _ map[string]probedID, done bool, _ error) {
 	withCount := func(n int) *goredis.ZRangeBy {
 		b := *zr
 		b.Count = int64(n)
@@ -154,6 +200,10 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 	pipe := s.client.Pipeline()
 	unbucketed := pipe.ZRangeByLex(ctx, s.setKey(ns, unbucketedTag), withCount(count))
 	var loose, bucketed []string
+	var probed map[string]probedID
+	if !s.cluster {
+		probed = make(map[string]probedID, count)
+	}
 	next := lo // the first bucket not yet probed
 	minBatch := firstProbeBatch
 	if !s.cluster {
@@ -172,26 +222,27 @@ func (s *Store) scanSets(ctx context.Context, ns string, rest is.KeyRange, zr *g
 		}
 		end := min(next+batch, hi)
 		limit := s.probeLimit(need, end-next)
-		probe := s.probe(ctx, pipe, ns, next, end, withCount(limit))
+		probe := s.probe(ctx, pipe, ns, next, end, withCount(limit), probed)
 		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		if first {
 			var err error
 			if loose, err = unbucketed.Result(); err != nil {
-				return nil, false, err
+				return nil, nil, false, err
 			}
 		}
 		sets, err := probe()
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
-		var found, probed int
-		bucketed, found, probed, cut = collectProbed(bucketed, sets, limit, count)
-		next += probed
-		batch = nextProbeBatch(batch, minBatch, count-len(bucketed), probed, found)
+		var found, setsRead int
+		bucketed, found, setsRead, cut = collectProbed(bucketed, sets, limit, count)
+		next += setsRead
+		batch = nextProbeBatch(batch, minBatch, count-len(bucketed), setsRead, found)
 	}
-	return mergePage(bucketed, loose, count, cut)
+	keys, done, err := mergePage(bucketed, loose, count, cut)
+	return keys, probed, done, err
 }
 
 // probesDone reports whether scanSets has probed enough buckets: none left below hi, the page full
@@ -265,13 +316,29 @@ func mergePage(bucketed, loose []string, count int, cut bool) ([]string, bool, e
 }
 
 // probeScript reads the index sets of KEYS in order from ARGV[1] to ARGV[2] (ZRANGEBYLEX bounds), at
-// most ARGV[3] members in all: it stops at the set that fills them, and returns one reply a set read.
+// most ARGV[3] members in all: it stops at the set that fills them, and returns one reply a set read:
+// its members, then the last id of each member's index (ZRANGE -1 -1 of KEYS[i]..':'..member, its 8
+// id bytes), "" for an index that is gone and "!" for one whose read failed (a key of another type),
+// so that a page's last ids cost no round trip of their own. The indexes are not in KEYS: this script
+// runs on one node only (a cluster reads each bucket's set with its own command).
 var probeScript = goredis.NewScript(`
 local out = {}
 local left = tonumber(ARGV[3])
 for i, k in ipairs(KEYS) do
   local got = redis.call('ZRANGEBYLEX', k, ARGV[1], ARGV[2], 'LIMIT', 0, left)
-  out[i] = got
+  local reply = {}
+  for j, m in ipairs(got) do reply[j] = m end
+  for j, m in ipairs(got) do
+    local ok, last = pcall(redis.call, 'ZRANGE', k .. ':' .. m, -1, -1)
+    if not ok then
+      reply[#got + j] = '!'
+    elseif #last == 0 then
+      reply[#got + j] = ''
+    else
+      reply[#got + j] = string.sub(last[1], 1, 8)
+    end
+  end
+  out[i] = reply
   left = left - #got
   if left <= 0 then break end
 end
@@ -285,7 +352,10 @@ return out
 // returns the sets it read, up to the one that filled zr.Count. On a cluster each bucket's set has a
 // slot of its own, and a script may touch one slot only: there the reads are one command each, which
 // the cluster client sends to each set's node.
-func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo, hi int, zr *goredis.ZRangeBy) func() ([][]string, error) {
+//
+// On one node the script also reads each member's last id, which the returned function records in
+// probed.
+func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo, hi int, zr *goredis.ZRangeBy, probed map[string]probedID) func() ([][]string, error) {
 	if lo >= hi {
 		return func() ([][]string, error) { return nil, nil } // a range of unbucketed keys only: no set to read
 	}
@@ -306,14 +376,24 @@ func (s *Store) probe(ctx context.Context, pipe goredis.Pipeliner, ns string, lo
 			}
 			out := make([][]string, len(vals))
 			for i, v := range vals {
-				members, ok := v.([]any)
-				if !ok {
-					return nil, fmt.Errorf("index set probe: reply %d is %T", i, v)
+				reply, ok := v.([]any)
+				if !ok || len(reply)%2 != 0 {
+					return nil, fmt.Errorf("index set probe: reply %d is %T of %d", i, v, len(reply))
 				}
-				out[i] = make([]string, len(members))
-				for j, m := range members {
+				n := len(reply) / 2
+				out[i] = make([]string, n)
+				for j, m := range reply[:n] {
 					if out[i][j], ok = m.(string); !ok {
 						return nil, fmt.Errorf("index set probe: member of reply %d is %T", i, m)
+					}
+					id, _ := reply[n+j].(string)
+					switch {
+					case id == "":
+						probed[out[i][j]] = probedID{}
+					case len(id) == idLen:
+						probed[out[i][j]] = probedID{id: decodeID(id), exists: true}
+					default:
+						probed[out[i][j]] = probedID{failed: true}
 					}
 				}
 			}
