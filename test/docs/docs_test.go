@@ -4,8 +4,10 @@
 package docs_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/url"
@@ -360,4 +362,79 @@ func TestRedisDoc_AWriterFollowingTheExampleIsArchived(t *testing.T) {
 	}
 	r.RequireExact(t, agent, oplog.Ephemeral, n)
 	r.RequireDrained(t, agent, oplog.Ephemeral, n)
+}
+
+// The packed segment test vector of docs/storage-format.md is what the code reads and writes: the
+// hex decodes to the listed footer, each listed chunk's bytes pass their checks and hold the listed
+// entries, EncodeSegment of those chunks writes the same bytes, and each listed row value decodes to
+// its footer entry and is what EncodeSegmentRef writes.
+func TestStorageFormat_SegmentVectorIsTheCode(t *testing.T) {
+	doc := readDoc(t, "storage-format.md")
+	start := strings.Index(doc, "**Test vector.**")
+	if start < 0 {
+		t.Fatal("storage-format.md has no segment test vector")
+	}
+	doc = doc[start:]
+	var hexed strings.Builder
+	for _, line := range strings.Split(doc, "\n")[1:] {
+		if strings.HasPrefix(line, "    ") {
+			hexed.WriteString(strings.TrimSpace(line))
+		} else if hexed.Len() > 0 {
+			break
+		}
+	}
+	seg, err := hex.DecodeString(hexed.String())
+	if err != nil || len(seg) == 0 {
+		t.Fatalf("the vector's hex: %v", err)
+	}
+	entries, err := archive.DecodeSegment(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile("segment\\s+`([^`]+)`").FindStringSubmatch(doc)
+	row := regexp.MustCompile("(?m)^\\| `([^`]+)` \\| (\\d+)\\.\\.(\\d+) \\| (\\d+) \\| (\\d+) \\| `([0-9a-f]{8})` \\| `([0-9a-f]+)` \\|$")
+	rows := row.FindAllStringSubmatch(doc, -1)
+	if name == nil || len(rows) != len(entries) {
+		t.Fatalf("the doc lists %d rows (segment %v), the vector holds %d chunks", len(rows), name, len(entries))
+	}
+	payloads := [][]string{{"hello", "world"}, {"x"}}
+	var chunks []archive.SegmentChunk
+	for i, r := range rows {
+		e := entries[i]
+		got := fmt.Sprintf("%s %d %d %d %d %08x", e.Key, e.First, e.Last, e.Offset, e.Length, e.CRC)
+		if want := strings.Join(r[1:6], " ") + " " + r[6]; got != want {
+			t.Errorf("row %d: the doc says %q, the footer %q", i, want, got)
+		}
+		data, err := archive.PackedChunkBytes(e, seg[e.Offset:e.Offset+e.Length])
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded, err := archive.DecodeChunk(data)
+		if err != nil || len(decoded) != len(payloads[i]) {
+			t.Fatalf("chunk %d: %d entries, %v", i, len(decoded), err)
+		}
+		for j, d := range decoded {
+			if string(d.Payload) != payloads[i][j] {
+				t.Errorf("chunk %d entry %d is %q, the doc says %q", i, j, d.Payload, payloads[i][j])
+			}
+		}
+		chunks = append(chunks, archive.SegmentChunk{Key: e.Key, Chunk: data})
+		value, _ := hex.DecodeString(r[7])
+		ref, err := archive.DecodeSegmentRef(value, e.Last)
+		if err != nil || ref.Chunk(e.Key, e.Last) != e || ref.Segment != name[1] {
+			t.Errorf("row %d's value decodes to %+v (%v), want %+v in %s", i, ref, err, e, name[1])
+		}
+		if enc := archive.EncodeSegmentRef(ref); !bytes.Equal(enc, value) {
+			t.Errorf("row %d: EncodeSegmentRef writes %x, the doc %x", i, enc, value)
+		}
+	}
+	again, _, err := archive.EncodeSegment(chunks)
+	if err != nil || !bytes.Equal(again, seg) {
+		t.Errorf("EncodeSegment of the vector's chunks: %x (%v), the doc %x", again, err, seg)
+	}
+	for i, id := range []oplog.AgentID{{Component: "shop", Name: "cart/42"}, {Component: "shop", Name: "cart/7"}} {
+		if entries[i].Key != id.StoredKey() {
+			t.Errorf("chunk %d's key %q is not %s's stored key %q", i, entries[i].Key, id, id.StoredKey())
+		}
+	}
 }
