@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"time"
 	"unicode/utf8"
 
 	is "github.com/stratalog/strata/indexedstorage"
@@ -324,4 +325,12 @@ func DecodeSegmentRef(value []byte, last oplog.Index) (SegmentRef, error) {
 		return SegmentRef{}, fmt.Errorf("%w: index row of %d names segment %q", ErrCorruptSegment, last, r.Segment)
 	}
 	return r, nil
+}
+
+// SegmentPath is the blob path of a segment of blob level L of mode, made at t:
+// "{mode}/{L}/segments/{t as 20 decimal digits of nanoseconds since 1970}-{16 hex digits of nonce}".
+// Paths sort by creation time (to the nanosecond; the nonce keeps two writers of one instant apart),
+// and nothing in them is needed to read the segment. A time before 1970 counts as 1970.
+func SegmentPath(mode oplog.Mode, level int, t time.Time, nonce uint64) string {
+	return fmt.Sprintf("%s/%d/segments/%020d-%016x", mode, level, max(t.UnixNano(), 0), nonce)
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stratalog/strata/archive"
 	is "github.com/stratalog/strata/indexedstorage"
@@ -236,4 +238,21 @@ func FuzzDecodeSegment(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Segment paths sort by creation time, across digit counts and within one instant by nonce, and are
+// the documented form.
+func TestSegmentPath_SortsByCreationTime(t *testing.T) {
+	at := time.Date(2025, 12, 2, 0, 0, 0, 0, time.UTC)
+	if got, want := archive.SegmentPath(oplog.Ephemeral, 0, at, 0x0123456789abcdef), "ephemeral/0/segments/01764633600000000000-0123456789abcdef"; got != want {
+		t.Fatalf("SegmentPath = %q, want %q", got, want)
+	}
+	times := []time.Time{time.Unix(0, 0), time.Unix(0, 9), time.Unix(0, 10), time.Unix(1, 0), at, at.Add(time.Nanosecond)}
+	var paths []string
+	for _, tm := range times {
+		paths = append(paths, archive.SegmentPath(oplog.Durable, 3, tm, 0), archive.SegmentPath(oplog.Durable, 3, tm, 1))
+	}
+	if !slices.IsSorted(paths) {
+		t.Fatalf("paths do not sort by time: %q", paths)
+	}
 }

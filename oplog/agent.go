@@ -145,3 +145,9 @@ func PrimaryNamespace(mode Mode) string { return string(mode) + "/oplog" }
 func CompressedNamespace(mode Mode, level int) string {
 	return string(mode) + "/compressed/" + strconv.Itoa(level)
 }
+
+// BlobIndexNamespace is the namespace of the index of packed blob level L: "{mode}/blobindex/{L}", a
+// row per chunk, key the agent's stored key, id the chunk's last index (docs/storage-format.md).
+func BlobIndexNamespace(mode Mode, level int) string {
+	return string(mode) + "/blobindex/" + strconv.Itoa(level)
+}
