@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 
@@ -338,5 +339,66 @@ func TestBatch_CancelledOpensNothingAndReadOnlyRefusesDrops(t *testing.T) {
 	}
 	if got, err := ro.ClosestLastMany(t.Context(), testNS, reqs); err != nil || got[4].Err != nil || got[4].Last != 4 {
 		t.Fatalf("ClosestLastMany on a read-only store: %+v, %v", got, err)
+	}
+}
+
+// The default pool holds what a sweep tick works on: the gate sights up to max_archives_per_tick
+// (256) agents, then reads and drops them in batches of 128 (the page size). Each file is opened once,
+// by its sighting, and stays open through the batch read, the drop and the removal; with too small a
+// pool each would be opened three times.
+func TestDefaultPool_KeepsATicksAgentsOpenFromSightToRemoval(t *testing.T) {
+	const tick, batch, others = 256, 128, DefaultMaxOpenFiles + 100
+	ctx := t.Context()
+	st := open(t, t.TempDir(), Options{})
+	var agents, rest []string
+	for i := range tick {
+		agents = append(agents, is.BucketPrefix(i*61)+fmt.Sprintf("c:agent-%03d", i))
+	}
+	for i := range others {
+		rest = append(rest, is.BucketPrefix(i*37)+fmt.Sprintf("c:other-%03d", i))
+	}
+	// The agents' files are written first, so the others' push them out of the pool.
+	for _, k := range append(slices.Clone(agents), rest...) {
+		if err := st.AppendMany(ctx, testNS, k, []is.Entry{{ID: 1, Value: []byte("a")}, {ID: 2, Value: []byte("b")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := st.Stats()
+	for _, k := range agents {
+		if id, ok, err := st.LastID(ctx, testNS, k); err != nil || !ok || id != 2 {
+			t.Fatalf("LastID(%q) = %d, %v, %v", k, id, ok, err)
+		}
+	}
+	for from := 0; from < tick; from += batch {
+		reqs := make([]is.KeyID, batch)
+		for i, k := range agents[from : from+batch] {
+			reqs[i] = is.KeyID{Key: k, ID: 1}
+		}
+		read, err := st.ClosestLastMany(ctx, testNS, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range read {
+			if r.Err != nil || !r.Found || r.Last != 2 {
+				t.Fatalf("ClosestLastMany %q: %+v", reqs[i].Key, r)
+			}
+			reqs[i].ID = r.Last
+		}
+		dropped, err := st.DropPrefixMany(ctx, testNS, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range dropped {
+			if d.Err != nil || d.Dropped != 2 {
+				t.Fatalf("DropPrefixMany %q: %+v", reqs[i].Key, d)
+			}
+		}
+	}
+	after := st.Stats()
+	if removed := after.FilesRemoved - before.FilesRemoved; removed != tick {
+		t.Fatalf("%d files removed, want %d", removed, tick)
+	}
+	if opened := after.FilesOpened - before.FilesOpened; opened != tick {
+		t.Fatalf("%d files opened to sight, read and drop %d agents: want one each", opened, tick)
 	}
 }

@@ -62,10 +62,12 @@ import (
 // Defaults for Options.
 const (
 	// DefaultMaxOpenFiles bounds the open files (each a connection with its own page cache and three
-	// descriptors: the database, its WAL and its shared-memory index). The sweep and the invocation
-	// path touch a working set of recent agents; 64 covers that without holding a descriptor per
-	// historical file.
-	DefaultMaxOpenFiles = 64
+	// descriptors: the database, its WAL and its shared-memory index). Opening a file is most of what
+	// an operation on it costs, and a sweep tick sights up to max_archives_per_tick (256) agents
+	// before it reads and drops them in batches of 128: 512 keeps each file open from the sight to
+	// its removal (one open instead of three), with room left for the invocation path's recent
+	// agents, at about 1,500 descriptors (Go raises the soft RLIMIT_NOFILE to the hard one at start).
+	DefaultMaxOpenFiles = 512
 	// DefaultListingTTL is the backstop after which a cached directory listing is read again even
 	// though this process created nothing: it bounds how long a file made by another process can go
 	// unseen by a walk.
