@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// MaxBatch is the most keys one batch operation (ClosestLastMany, DropPrefixMany) takes.
+// MaxBatch is the most keys one batch operation (ClosestLastMany, DropPrefixMany, AppendKeys) takes.
 const MaxBatch = 4096
 
 // KeyID is one key of a batch operation and its id: the id Closest seeks in ClosestLastMany, the upTo
@@ -56,6 +56,73 @@ type BatchReader interface {
 // order when two keys share a lock), so two batches never deadlock.
 type BatchDropper interface {
 	DropPrefixMany(ctx context.Context, ns string, reqs []KeyID) ([]DropResult, error)
+}
+
+// KeyEntries is one key of AppendKeys and the entries to append to it.
+type KeyEntries struct {
+	Key     string
+	Entries []Entry
+}
+
+// BatchAppender is implemented by a Storage that appends to many indexes of one namespace in one round
+// trip (the blob index of the packed blob layer gets a row for each agent of an archive batch this
+// way). Each key's part is AppendMany(key, Entries): all or nothing on its index, linearizable against
+// every other operation on it, ErrConflict (naming the index's last id) when its first id is not above
+// the index's last. The batch is not atomic across keys. The result has one error a key, in the order
+// of reqs (nil: appended); a key's failure (a conflict, a poisoned index) is its own and the other
+// keys go on. The call's own error means no part is known to have taken effect or not (as an
+// AppendMany that times out); arguments invalid touch nothing (ValidateAppendKeys: ErrInvalidArgument,
+// or ErrConflict for a key's ids not ascending, as AppendMany says of them).
+type BatchAppender interface {
+	AppendKeys(ctx context.Context, ns string, reqs []KeyEntries) ([]error, error)
+}
+
+// ValidateAppendKeys checks AppendKeys's arguments: a valid namespace, at most MaxBatch keys, each a
+// valid key, none twice, and each key's entries a valid batch (ValidateBatch).
+func ValidateAppendKeys(ns string, reqs []KeyEntries) error {
+	if err := ValidateNamespace(ns); err != nil {
+		return err
+	}
+	if len(reqs) > MaxBatch {
+		return fmt.Errorf("%w: a batch of %d keys, at most %d", ErrInvalidArgument, len(reqs), MaxBatch)
+	}
+	seen := make(map[string]struct{}, len(reqs))
+	for _, r := range reqs {
+		if err := ValidateKey(r.Key); err != nil {
+			return err
+		}
+		if _, dup := seen[r.Key]; dup {
+			return fmt.Errorf("%w: key %q twice in one batch", ErrInvalidArgument, r.Key)
+		}
+		seen[r.Key] = struct{}{}
+		if err := ValidateBatch(r.Entries); err != nil {
+			return fmt.Errorf("key %q: %w", r.Key, err)
+		}
+	}
+	return nil
+}
+
+// AppendKeys appends each key's entries: in one call where st is a BatchAppender, else AppendMany of
+// each key in turn, with ClosestLastMany's rule for failures.
+func AppendKeys(ctx context.Context, st Storage, ns string, reqs []KeyEntries) ([]error, error) {
+	if b, ok := st.(BatchAppender); ok {
+		return b.AppendKeys(ctx, ns, reqs)
+	}
+	if err := ValidateAppendKeys(ns, reqs); err != nil {
+		return nil, err
+	}
+	out := make([]error, len(reqs))
+	var stop error
+	for i, r := range reqs {
+		if stop != nil {
+			out[i] = untried(r.Key, stop)
+			continue
+		}
+		if out[i] = st.AppendMany(ctx, ns, r.Key, r.Entries); out[i] != nil && stopsBatch(out[i]) {
+			stop = out[i]
+		}
+	}
+	return out, nil
 }
 
 // ValidateBatchKeys checks a batch operation's arguments: a valid namespace, at most MaxBatch keys,

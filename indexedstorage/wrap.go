@@ -27,12 +27,15 @@ const (
 	// backend that has them (on one that does not, each key's operation is counted as itself).
 	OpClosestLastMany Operation = "closest_last_many"
 	OpDropPrefixMany  Operation = "drop_prefix_many"
+	// OpAppendKeys is BatchAppender's AppendKeys, on a backend that has it.
+	OpAppendKeys Operation = "append_keys"
 )
 
 // Operations lists every Operation, in the order of the Storage interface.
 var Operations = []Operation{
 	OpExists, OpAppend, OpAppendMany, OpLength, OpRead, OpFirst, OpLast, OpLastID, OpClosest,
 	OpClosestLast, OpDropPrefix, OpDelete, OpScan, OpScanStable, OpClosestLastMany, OpDropPrefixMany,
+	OpAppendKeys,
 }
 
 // Wrapper is implemented by a Storage that decorates another, such as Limit's and Instrument's.
@@ -143,6 +146,17 @@ func (a *around) DropPrefixMany(ctx context.Context, ns string, reqs []KeyID) (o
 		return DropPrefixMany(ctx, perKeyOnly{a, a}, ns, reqs)
 	}
 	err = a.call(ctx, OpDropPrefixMany, func(ctx context.Context) (e error) { out, e = b.DropPrefixMany(ctx, ns, reqs); return })
+	return
+}
+
+// AppendKeys is one operation where the inner Storage is a BatchAppender, else the per-key appends it
+// falls back on, each run (and counted) as itself.
+func (a *around) AppendKeys(ctx context.Context, ns string, reqs []KeyEntries) (out []error, err error) {
+	b, ok := a.inner.(BatchAppender)
+	if !ok {
+		return AppendKeys(ctx, perKeyOnly{a, a}, ns, reqs)
+	}
+	err = a.call(ctx, OpAppendKeys, func(ctx context.Context) (e error) { out, e = b.AppendKeys(ctx, ns, reqs); return })
 	return
 }
 

@@ -32,9 +32,10 @@ type namespace struct {
 func New() *Store { return &Store{namespaces: make(map[string]*namespace)} }
 
 var (
-	_ is.Storage      = (*Store)(nil)
-	_ is.BatchReader  = (*Store)(nil)
-	_ is.BatchDropper = (*Store)(nil)
+	_ is.Storage       = (*Store)(nil)
+	_ is.BatchReader   = (*Store)(nil)
+	_ is.BatchDropper  = (*Store)(nil)
+	_ is.BatchAppender = (*Store)(nil)
 )
 
 // Capabilities: keys come back once each, ascending.
@@ -136,7 +137,12 @@ func (s *Store) appendEntries(op is.Operation, ns, key string, batch []is.Entry)
 	if err := is.ValidateBatch(batch); err != nil {
 		return fail(op, ns, key, err)
 	}
-	return s.write(op, ns, key, func(entries []is.Entry) ([]is.Entry, error) {
+	return s.write(op, ns, key, appendUpdate(batch))
+}
+
+// appendUpdate is the update of AppendMany(batch), ids already validated.
+func appendUpdate(batch []is.Entry) func(entries []is.Entry) ([]is.Entry, error) {
+	return func(entries []is.Entry) ([]is.Entry, error) {
 		if len(batch) == 0 {
 			return entries, nil
 		}
@@ -147,7 +153,7 @@ func (s *Store) appendEntries(op is.Operation, ns, key string, batch []is.Entry)
 			entries = append(entries, is.Entry{ID: e.ID, Value: slices.Clone(orEmpty(e.Value))})
 		}
 		return entries, nil
-	})
+	}
 }
 
 func (s *Store) Length(_ context.Context, ns, key string) (n uint64, err error) {
@@ -262,6 +268,28 @@ func (s *Store) DropPrefixMany(_ context.Context, ns string, reqs []is.KeyID) ([
 	for i, r := range reqs {
 		if err := s.update(ns, r.Key, dropPrefix(r.ID, &out[i].Dropped)); err != nil {
 			out[i] = is.DropResult{Err: fail(is.OpDropPrefixMany, ns, r.Key, err)}
+		}
+	}
+	return out, nil
+}
+
+// AppendKeys appends every key's entries under one write lock (is.BatchAppender).
+func (s *Store) AppendKeys(_ context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	if err := is.ValidateAppendKeys(ns, reqs); err != nil {
+		return nil, fail(is.OpAppendKeys, ns, "", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fail(is.OpAppendKeys, ns, "", is.ErrClosed)
+	}
+	out := make([]error, len(reqs))
+	for i, r := range reqs {
+		if len(r.Entries) == 0 {
+			continue // AppendMany of nothing touches nothing, an absent index included
+		}
+		if err := s.update(ns, r.Key, appendUpdate(r.Entries)); err != nil {
+			out[i] = fail(is.OpAppendKeys, ns, r.Key, err)
 		}
 	}
 	return out, nil

@@ -150,6 +150,99 @@ func testBatch(t *testing.T, h Harness) {
 		requireIDs(f.t, f.ids(byBatch, "bystander"), []uint64{1, 2}, "a key outside every batch")
 	})
 
+	run("AppendKeys/IsAppendManyOfEachKey", func(f *fixture) {
+		// The same appends in two namespaces: one a batch at a time, the other a key at a time. Each
+		// round gives every key a different kind of part: entries above its last id (a new index
+		// too), nothing, or a first id not above the last (a conflict, which fails that key alone).
+		const byBatch, byKey = "test/batch", "test/each"
+		keys := []string{"a", "b", "c", "d/é", "e"}
+		for _, nsx := range []string{byBatch, byKey} {
+			f.append(nsx, "a", 1, 2)
+			f.append(nsx, "b", 5)
+			f.append(nsx, "d/é", 1)
+		}
+		f.append(byBatch, "bystander", 1, 2)
+		next := map[string]uint64{"a": 3, "b": 6, "c": 1, "d/é": 2, "e": 1}
+		for round := range 4 {
+			reqs := make([]is.KeyEntries, len(keys))
+			for i, k := range keys {
+				reqs[i].Key = k
+				switch (i + round) % 4 {
+				case 0, 1:
+					n := uint64(1 + (i+round)%3)
+					for j := range n {
+						id := next[k] + j*2 // gaps are allowed, ascending ids are not
+						reqs[i].Entries = append(reqs[i].Entries, is.Entry{ID: id, Value: value(k, id)})
+					}
+				case 2: // nothing to append
+				case 3:
+					if next[k] > 1 {
+						reqs[i].Entries = []is.Entry{{ID: next[k] - 1, Value: value(k, next[k]-1)}}
+					}
+				}
+			}
+			if round%2 == 1 {
+				slices.Reverse(reqs)
+			}
+			errs, err := is.AppendKeys(f.ctx, f.st, byBatch, reqs)
+			if err != nil || len(errs) != len(reqs) {
+				f.t.Fatalf("round %d: AppendKeys: %d results, %v", round, len(errs), err)
+			}
+			for i, r := range reqs {
+				perKey := f.st.AppendMany(f.ctx, byKey, r.Key, r.Entries)
+				if (errs[i] == nil) != (perKey == nil) || (perKey != nil && errors.Is(errs[i], is.ErrConflict) != errors.Is(perKey, is.ErrConflict)) {
+					f.t.Fatalf("round %d: %q (part %d of %d): the batch says %v, AppendMany %v", round, r.Key, i, len(reqs), errs[i], perKey)
+				}
+				if errs[i] == nil && len(r.Entries) > 0 {
+					next[r.Key] = r.Entries[len(r.Entries)-1].ID + 1
+				}
+				got, want := f.ids(byBatch, r.Key), f.ids(byKey, r.Key)
+				requireIDs(f.t, got, want, fmt.Sprintf("round %d: %q appended by the batch", round, r.Key))
+				if f.exists(byBatch, r.Key) != f.exists(byKey, r.Key) {
+					f.t.Fatalf("round %d: %q exists %v after the batch, %v after AppendMany", round, r.Key, f.exists(byBatch, r.Key), f.exists(byKey, r.Key))
+				}
+				entries, err := f.st.Read(f.ctx, byBatch, r.Key, 0, math.MaxUint64)
+				if err != nil {
+					f.t.Fatal(err)
+				}
+				for _, e := range entries {
+					if !bytes.Equal(e.Value, value(r.Key, e.ID)) {
+						f.t.Fatalf("round %d: %q id %d holds %q, want %q", round, r.Key, e.ID, e.Value, value(r.Key, e.ID))
+					}
+				}
+			}
+		}
+		requireIDs(f.t, f.ids(byBatch, "bystander"), []uint64{1, 2}, "a key outside every batch")
+	})
+
+	run("AppendKeys/InvalidBatchChangesNothing", func(f *fixture) {
+		f.append(ns, "k", 1, 2)
+		ok := is.KeyEntries{Key: "k", Entries: []is.Entry{{ID: 3, Value: []byte("x")}}}
+		fresh := is.KeyEntries{Key: "fresh", Entries: []is.Entry{{ID: 1, Value: []byte("x")}}}
+		tooMany := []is.KeyEntries{ok, fresh}
+		for _, k := range numberedKeys("many/", is.MaxBatch-1) {
+			tooMany = append(tooMany, is.KeyEntries{Key: k, Entries: []is.Entry{{ID: 1}}})
+		}
+		for what, c := range map[string]struct {
+			ns   string
+			reqs []is.KeyEntries
+			want error // what AppendMany says of the bad part
+		}{
+			"a key twice":                {ns, []is.KeyEntries{ok, fresh, {Key: "k", Entries: []is.Entry{{ID: 9}}}}, is.ErrInvalidArgument},
+			"ids not ascending last":     {ns, []is.KeyEntries{ok, fresh, {Key: "j", Entries: []is.Entry{{ID: 2}, {ID: 2}}}}, is.ErrConflict},
+			"id 0 last":                  {ns, []is.KeyEntries{ok, fresh, {Key: "j", Entries: []is.Entry{{ID: 0}}}}, is.ErrInvalidArgument},
+			"an id above MaxID last":     {ns, []is.KeyEntries{ok, fresh, {Key: "j", Entries: []is.Entry{{ID: is.MaxID + 1}}}}, is.ErrInvalidArgument},
+			"an empty key last":          {ns, []is.KeyEntries{ok, fresh, {Key: "", Entries: []is.Entry{{ID: 1}}}}, is.ErrInvalidArgument},
+			"an invalid namespace":       {"bad ns", []is.KeyEntries{ok, fresh}, is.ErrInvalidArgument},
+			"one more key than MaxBatch": {ns, tooMany, is.ErrInvalidArgument},
+		} {
+			_, err := is.AppendKeys(f.ctx, f.st, c.ns, c.reqs)
+			requireIs(f.t, err, c.want, "AppendKeys with "+what)
+			requireIDs(f.t, f.ids(ns, "k"), []uint64{1, 2}, "k after a batch with "+what)
+			f.requireGone(ns, "fresh")
+		}
+	})
+
 	run("EmptyBatchIsFine", func(f *fixture) {
 		f.append(ns, "k", 1, 2)
 		for _, reqs := range [][]is.KeyID{nil, {}} {

@@ -2,6 +2,7 @@ package selftest
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 
@@ -23,6 +24,8 @@ const (
 	// bugBatchStopsAtKeyError ends the batch at a key whose own storage fails and hands back the keys
 	// after it as zero results with no error, unread and undropped.
 	bugBatchStopsAtKeyError bug = "batchStopsAtKeyError"
+	// bugBatchAppendFailsAll fails every key of an AppendKeys whose one key conflicts, appending none.
+	bugBatchAppendFailsAll bug = "batchAppendFailsAll"
 )
 
 func init() {
@@ -31,13 +34,41 @@ func init() {
 		mutant{bugBatchReadTwoInstants, "ClosestLastMany reads each key's Closest, lets go of the lock, then its last id: a key's part comes from two states of its index"},
 		mutant{bugBatchLocksInRequestOrder, "DropPrefixMany takes each index's row lock in the order of the request, not of the keys: two batches of the same keys in opposite orders deadlock"},
 		mutant{bugBatchStopsAtKeyError, "a batch stops at a key whose storage fails and reports the keys after it as success (nil Err, zero results) without reading or dropping them"},
+		mutant{bugBatchAppendFailsAll, "AppendKeys fails every key when one key's append conflicts, appending none: a key's failure is not its own"},
 	)
 }
 
 var (
-	_ is.BatchReader  = (*store)(nil)
-	_ is.BatchDropper = (*store)(nil)
+	_ is.BatchReader   = (*store)(nil)
+	_ is.BatchDropper  = (*store)(nil)
+	_ is.BatchAppender = (*store)(nil)
 )
+
+// AppendKeys appends each key's entries as AppendMany does, key after key.
+func (s *store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	if err := is.ValidateAppendKeys(ns, reqs); err != nil {
+		return nil, err
+	}
+	if s.isClosed() {
+		return nil, is.ErrClosed
+	}
+	out := make([]error, len(reqs))
+	if s.bug == bugBatchAppendFailsAll {
+		for _, r := range reqs {
+			last, exists, err := s.LastID(ctx, ns, r.Key)
+			if err == nil && exists && len(r.Entries) > 0 && r.Entries[0].ID <= last {
+				for i := range out {
+					out[i] = fmt.Errorf("%w: key %q", is.ErrConflict, r.Key)
+				}
+				return out, nil
+			}
+		}
+	}
+	for i, r := range reqs {
+		out[i] = s.AppendMany(ctx, ns, r.Key, r.Entries)
+	}
+	return out, nil
+}
 
 // ClosestLastMany reads every key under one read lock.
 func (s *store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
