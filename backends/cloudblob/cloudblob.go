@@ -20,6 +20,9 @@
 //     leaves the old object, never a prefix of the new one;
 //   - Delete of a missing blob is nil (gocloud reports NotFound; S3 would not even say);
 //   - a Put of the same bytes to the same path is a replacement with identical content.
+//   - a ranged read (GetRange, a packed segment's chunk) is one GET with a Range header, checked
+//     against the object's size the response gives; an S3-protocol server that ignores Range is
+//     an error, not the object's first bytes.
 //
 // Errors: a missing blob is archive.ErrBlobNotFound; what a retry may cure — a network failure, a
 // timeout, a 5xx, throttling (429, S3's SlowDown) — is marked indexedstorage.ErrTransient; anything
@@ -230,6 +233,11 @@ func (s *Store) GetRange(ctx context.Context, path string, offset, length int64)
 		return nil, s.failRead(path, err)
 	}
 	defer r.Close()
+	for _, ignored := range rangeIgnored {
+		if ignored(r) {
+			return nil, s.failService("get_range", path, errRangeIgnored)
+		}
+	}
 	if err := archive.CheckBlobSize(offset, length, r.Size()); err != nil {
 		return nil, s.fail("get_range", path, err)
 	}
@@ -340,6 +348,13 @@ func transientStatus(err error) bool {
 	}
 	return false
 }
+
+// rangeIgnored holds, for each driver built in that can tell, a check that a ranged read's response is
+// not its range: a server that ignores the Range header answers with the whole object, whose first
+// bytes would otherwise be read as the range's.
+var rangeIgnored []func(r *blob.Reader) bool
+
+var errRangeIgnored = errors.New("the server answered a ranged read with the whole object (it ignores the Range header)")
 
 // statusOf holds, for each driver built in, a reader of its SDK's errors: the HTTP status and the
 // service's error code, ok when err is one of its SDK's.

@@ -370,3 +370,22 @@ func TestGetRangeCutBodyIsTransient(t *testing.T) {
 		t.Fatalf("GetRange of a cut body: %v, want transient and not ErrBlobTooShort", err)
 	}
 }
+
+// TestGetRangeIgnoredRangeFails: a server that answers a ranged GET with the whole object (200, no
+// Content-Range) must not have the object's first bytes read as the range's.
+func TestGetRangeIgnoredRangeFails(t *testing.T) {
+	data := make([]byte, 1000)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(data)
+	}))
+	defer srv.Close()
+	s := noRetryStore(t, srv.URL)
+	if got, err := s.GetRange(t.Context(), "seg/a", 100, 50); err == nil {
+		t.Fatalf("GetRange(100, 50) from a server that ignores Range: %v (data[100:150] is %v)", got, data[100:150])
+	}
+}
