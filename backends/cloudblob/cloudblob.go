@@ -19,7 +19,7 @@
 //     the whole byte slice in when the writer closes; a Put whose context is cancelled part way
 //     leaves the old object, never a prefix of the new one;
 //   - Delete of a missing blob is nil (gocloud reports NotFound; S3 would not even say);
-//   - a Put of the same bytes to the same path is a replacement with identical content.
+//   - a Put of the same bytes to the same path is a replacement with identical content;
 //   - a ranged read (GetRange, a packed segment's chunk) is one GET with a Range header, checked
 //     against the object's size the response gives; an S3-protocol server that ignores Range is
 //     an error, not the object's first bytes.
@@ -142,8 +142,8 @@ func (s *Store) Bucket() *blob.Bucket { return s.bucket }
 var errClosed = is.Classify(is.ErrClosed, errors.New("store is closed"))
 
 // fail is the one place an operation's error takes its shape, the storage backends' (is.OpError):
-// `cloudblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range, delete, list).
-// The bucket is named where the service failed. A nil err returns nil.
+// `cloudblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range,
+// delete, list). The bucket is named where the service failed. A nil err returns nil.
 func (s *Store) fail(op, path string, err error) error {
 	if err == nil {
 		return nil

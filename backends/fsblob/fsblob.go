@@ -56,8 +56,8 @@ func (s *Store) Root() string { return s.root }
 var errClosed = errors.New("store is closed")
 
 // fail is the one place an operation's error takes its shape, the storage backends' (is.OpError):
-// `fsblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range, delete, list). A
-// nil err returns nil.
+// `fsblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range, delete,
+// list). A nil err returns nil.
 func fail(op, path string, err error) error {
 	if err == nil {
 		return nil

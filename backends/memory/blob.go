@@ -130,7 +130,8 @@ func (s *BlobStore) Close() error {
 var errBlobClosed = errors.New("blob store is closed")
 
 // failBlob is the one place a blob operation's error takes its shape, the storage backends' (is.OpError):
-// `memory <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range, delete, list).
+// `memory <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range, delete,
+// list).
 func failBlob(op, path string, err error) error {
 	return fmt.Errorf("memory %s (path %q): %w", op, path, err)
 }
