@@ -17,7 +17,8 @@ import (
 // BlobStore is the contract of a blob store under the blob layer. Paths are '/'-separated segments, each
 // non-empty, at most MaxSegmentLen bytes, made of [A-Za-z0-9%._-] and not starting with '.'
 // (ValidateBlobPath): a store may map them to files or object names as they are. Implementations must
-// be safe for concurrent use.
+// be safe for concurrent use. A store that can read part of a blob without the rest also implements
+// RangeReader.
 type BlobStore interface {
 	// Put stores data at path, replacing what was there. A reader never sees part of a Put: it sees
 	// the old blob, or none, or the whole new one.

@@ -14,10 +14,10 @@ import (
 const meterName = "github.com/stratalog/strata/archive"
 
 // BlobOperations lists the operation label's values of the blob store's metrics.
-var BlobOperations = []string{"put", "get", "delete", "list"}
+var BlobOperations = []string{"put", "get", "get_range", "delete", "list"}
 
 // BlobErrorKinds lists the kind label's values of strata_blob_operation_errors_total: not_found (a Get
-// of a missing blob, which readers expect and handle), then indexedstorage's kinds.
+// or GetRange of a missing blob, which readers expect and handle), then indexedstorage's kinds.
 var BlobErrorKinds = append([]string{"not_found"}, is.ErrorKinds...)
 
 // InstrumentedBlobs is a BlobStore that records the latency and the errors of every operation of its
@@ -28,9 +28,12 @@ type InstrumentedBlobs struct {
 	ops   *latency.Operations
 }
 
-var _ BlobStore = (*InstrumentedBlobs)(nil)
+var (
+	_ BlobStore   = (*InstrumentedBlobs)(nil)
+	_ RangeReader = (*InstrumentedBlobs)(nil)
+)
 
-// InstrumentBlobs wraps store and records, labelled operation = put, get, delete or list:
+// InstrumentBlobs wraps store and records, labelled operation = put, get, get_range, delete or list:
 //   - strata_blob_operation_duration_seconds: a histogram in seconds, with the buckets of
 //     internal/latency (0.5 ms to 60 s), the same as indexed storage's.
 //   - strata_blob_operation_errors_total, further labelled kind = one of BlobErrorKinds; every
@@ -41,7 +44,7 @@ var _ BlobStore = (*InstrumentedBlobs)(nil)
 func InstrumentBlobs(store BlobStore, mp metric.MeterProvider) *InstrumentedBlobs {
 	return &InstrumentedBlobs{inner: store, now: time.Now, ops: latency.NewOperations(mp, meterName, "strata_blob_operation",
 		"Latency of blob-store operations.",
-		"Blob-store operations that returned an error, by kind (not_found is a Get of a missing blob).",
+		"Blob-store operations that returned an error, by kind (not_found is a read of a missing blob).",
 		nil, BlobOperations, BlobErrorKinds)}
 }
 
@@ -74,6 +77,15 @@ func (in *InstrumentedBlobs) Get(ctx context.Context, path string) ([]byte, erro
 	start := in.now()
 	data, err := in.inner.Get(ctx, path)
 	in.record(ctx, "get", start, err)
+	return data, err
+}
+
+// GetRange reads a range of the blob at path, timed as get_range: by the inner store's GetRange, or
+// by its Get when it has none (GetRange), so wrapping never hides a store's ranged reads.
+func (in *InstrumentedBlobs) GetRange(ctx context.Context, path string, offset, length int64) ([]byte, error) {
+	start := in.now()
+	data, err := GetRange(ctx, in.inner, path, offset, length)
+	in.record(ctx, "get_range", start, err)
 	return data, err
 }
 

@@ -111,4 +111,35 @@ func TestInstrumentBlobs_ErrorsByOperationAndKindFromZero(t *testing.T) {
 	if got := errs(); got["get/not_found"] != 1 || got["get/other"] != 0 {
 		t.Fatalf("a missing Get counted as %v", got)
 	}
+	if _, err := archive.GetRange(t.Context(), in, "missing", 0, 1); !errors.Is(err, archive.ErrBlobNotFound) {
+		t.Fatalf("GetRange of a missing blob: %v", err)
+	}
+	if got := errs(); got["get_range/not_found"] != 1 || got["get/not_found"] != 1 {
+		t.Fatalf("a missing GetRange counted as %v", got)
+	}
+}
+
+// rangeCounting counts the GetRange calls that reach the store under a wrapper.
+type rangeCounting struct {
+	*memory.BlobStore
+	ranges int
+}
+
+func (r *rangeCounting) GetRange(ctx context.Context, path string, offset, length int64) ([]byte, error) {
+	r.ranges++
+	return r.BlobStore.GetRange(ctx, path, offset, length)
+}
+
+// TestInstrumentBlobs_ForwardsGetRange: the wrapper does not hide its store's ranged reads (a Get in
+// their place would read a whole segment for one chunk).
+func TestInstrumentBlobs_ForwardsGetRange(t *testing.T) {
+	inner := &rangeCounting{BlobStore: memory.NewBlobStore()}
+	in := archive.InstrumentBlobs(inner, nil)
+	if err := in.Put(t.Context(), "seg/a", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := archive.GetRange(t.Context(), in, "seg/a", 2, 3)
+	if err != nil || string(got) != "234" || inner.ranges != 1 {
+		t.Fatalf("GetRange through the wrapper: %q, %v, %d ranged reads reached the store, want 1", got, err, inner.ranges)
+	}
 }

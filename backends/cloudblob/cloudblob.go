@@ -19,7 +19,10 @@
 //     the whole byte slice in when the writer closes; a Put whose context is cancelled part way
 //     leaves the old object, never a prefix of the new one;
 //   - Delete of a missing blob is nil (gocloud reports NotFound; S3 would not even say);
-//   - a Put of the same bytes to the same path is a replacement with identical content.
+//   - a Put of the same bytes to the same path is a replacement with identical content;
+//   - a ranged read (GetRange, a packed segment's chunk) is one GET with a Range header, checked
+//     against the object's size the response gives; an S3-protocol server that ignores Range is
+//     an error, not the object's first bytes.
 //
 // Errors: a missing blob is archive.ErrBlobNotFound; what a retry may cure — a network failure, a
 // timeout, a 5xx, throttling (429, S3's SlowDown) — is marked indexedstorage.ErrTransient; anything
@@ -55,7 +58,10 @@ type Store struct {
 	closed atomic.Bool
 }
 
-var _ archive.BlobStore = (*Store)(nil)
+var (
+	_ archive.BlobStore   = (*Store)(nil)
+	_ archive.RangeReader = (*Store)(nil)
+)
 
 // Open opens the bucket rawURL names, as gocloud's URL openers do, with one addition: for s3://, gs://
 // and azblob:// the URL's path is a key prefix, so s3://bucket/strata/prod keeps every blob under
@@ -136,8 +142,8 @@ func (s *Store) Bucket() *blob.Bucket { return s.bucket }
 var errClosed = is.Classify(is.ErrClosed, errors.New("store is closed"))
 
 // fail is the one place an operation's error takes its shape, the storage backends' (is.OpError):
-// `cloudblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, delete, list).
-// The bucket is named where the service failed. A nil err returns nil.
+// `cloudblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range,
+// delete, list). The bucket is named where the service failed. A nil err returns nil.
 func (s *Store) fail(op, path string, err error) error {
 	if err == nil {
 		return nil
@@ -189,6 +195,68 @@ func (s *Store) Get(ctx context.Context, path string) ([]byte, error) {
 		data = []byte{}
 	}
 	return data, nil
+}
+
+// GetRange reads the range with gocloud's range reader: one ranged GET. The reader's Size is the whole
+// object's, so a range past the end fails before anything is allocated or read; a body that ends
+// early after that is the transport's failure (the object was long enough), marked transient. A
+// length of 0 is a HEAD (Attributes): S3 cannot GET zero bytes, and gocloud's one-byte stand-in fails
+// on an empty object.
+func (s *Store) GetRange(ctx context.Context, path string, offset, length int64) ([]byte, error) {
+	if err := s.check("get_range", path, false); err != nil {
+		return nil, err
+	}
+	if err := archive.ValidateBlobRange(offset, length); err != nil {
+		return nil, s.fail("get_range", path, err)
+	}
+	if length == 0 {
+		attrs, err := s.bucket.Attributes(ctx, path)
+		if err != nil {
+			return nil, s.failRead(path, err)
+		}
+		if err := archive.CheckBlobSize(offset, length, attrs.Size); err != nil {
+			return nil, s.fail("get_range", path, err)
+		}
+		return []byte{}, nil
+	}
+	r, err := s.bucket.NewRangeReader(ctx, path, offset, length, nil)
+	if err != nil {
+		if gcerrors.Code(err) != gcerrors.NotFound {
+			// A range that starts past the end is refused (S3: 416 InvalidRange), with a code that
+			// varies by driver: the object's size tells whether that is why.
+			if attrs, aerr := s.bucket.Attributes(ctx, path); aerr == nil {
+				if serr := archive.CheckBlobSize(offset, length, attrs.Size); serr != nil {
+					return nil, s.fail("get_range", path, serr)
+				}
+			}
+		}
+		return nil, s.failRead(path, err)
+	}
+	defer r.Close()
+	for _, ignored := range rangeIgnored {
+		if ignored(r) {
+			return nil, s.failService("get_range", path, errRangeIgnored)
+		}
+	}
+	if err := archive.CheckBlobSize(offset, length, r.Size()); err != nil {
+		return nil, s.fail("get_range", path, err)
+	}
+	data := make([]byte, length)
+	if n, err := io.ReadFull(r, data); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			err = is.Classify(is.ErrTransient, fmt.Errorf("the body ended after %d of the %d bytes at %d: %w", n, length, offset, err))
+		}
+		return nil, s.failService("get_range", path, err)
+	}
+	return data, nil
+}
+
+// failRead is failService for a read, with a missing object as archive.ErrBlobNotFound.
+func (s *Store) failRead(path string, err error) error {
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return s.fail("get_range", path, archive.ErrBlobNotFound)
+	}
+	return s.failService("get_range", path, err)
 }
 
 // Delete removes the object; a missing one is not an error.
@@ -280,6 +348,13 @@ func transientStatus(err error) bool {
 	}
 	return false
 }
+
+// rangeIgnored holds, for each driver built in that can tell, a check that a ranged read's response is
+// not its range: a server that ignores the Range header answers with the whole object, whose first
+// bytes would otherwise be read as the range's.
+var rangeIgnored []func(r *blob.Reader) bool
+
+var errRangeIgnored = errors.New("the server answered a ranged read with the whole object (it ignores the Range header)")
 
 // statusOf holds, for each driver built in, a reader of its SDK's errors: the HTTP status and the
 // service's error code, ok when err is one of its SDK's.

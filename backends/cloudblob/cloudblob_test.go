@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -236,9 +237,10 @@ func TestErrorsAreClassified(t *testing.T) {
 			st = noRetryStore(t, fail.URL)
 		}
 		for name, err := range map[string]error{
-			"put":  st.Put(ctx, "a/b", []byte("x")),
-			"list": func() error { _, err := st.List(ctx, ""); return err }(),
-			"get":  func() error { _, err := st.Get(ctx, "a/b"); return err }(),
+			"put":       st.Put(ctx, "a/b", []byte("x")),
+			"list":      func() error { _, err := st.List(ctx, ""); return err }(),
+			"get":       func() error { _, err := st.Get(ctx, "a/b"); return err }(),
+			"get_range": func() error { _, err := st.GetRange(ctx, "a/b", 1, 2); return err }(),
 		} {
 			if err == nil || is.IsTransient(err) != tc.transient || errors.Is(err, archive.ErrBlobNotFound) {
 				t.Errorf("%s answered %d %s: %v, want transient=%v", name, tc.status, tc.code, err, tc.transient)
@@ -299,4 +301,91 @@ func noRetryStore(t *testing.T, endpoint string) *cloudblob.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// TestGetRangeIsOneRangedGET: a range is read with one GET carrying its Range header, and no LIST or
+// HEAD (issue 23: at most one GET per segment a read touches); a length of 0 is one HEAD.
+func TestGetRangeIsOneRangedGET(t *testing.T) {
+	h, _, err := s3local.Handler(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, strings.Join(strings.Fields(r.Method+" "+r.URL.Query().Get("list-type")+" "+r.Header.Get("Range")), " "))
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	s := noRetryStore(t, srv.URL)
+	data := make([]byte, 1000)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	if err := s.Put(t.Context(), "seg/a", data); err != nil {
+		t.Fatal(err)
+	}
+	requests := func(f func()) []string {
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		f()
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+	got := requests(func() {
+		if b, err := s.GetRange(t.Context(), "seg/a", 100, 50); err != nil || !slices.Equal(b, data[100:150]) {
+			t.Fatalf("GetRange(100, 50): %d bytes, %v", len(b), err)
+		}
+	})
+	if want := []string{"GET bytes=100-149"}; !slices.Equal(got, want) {
+		t.Fatalf("GetRange(100, 50) made requests %q, want %q", got, want)
+	}
+	got = requests(func() {
+		if b, err := s.GetRange(t.Context(), "seg/a", 1000, 0); err != nil || len(b) != 0 {
+			t.Fatalf("GetRange(1000, 0): %q, %v", b, err)
+		}
+	})
+	if want := []string{"HEAD"}; !slices.Equal(got, want) {
+		t.Fatalf("GetRange(1000, 0) made requests %q, want %q", got, want)
+	}
+}
+
+// TestGetRangeCutBodyIsTransient: a body that ends before the range does, from an object long enough
+// to hold it, is the connection's failure, which a retry may cure: transient, not ErrBlobTooShort.
+func TestGetRangeCutBodyIsTransient(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Range", "bytes 100-149/1000")
+		w.Header().Set("Content-Length", "50")
+		w.WriteHeader(http.StatusPartialContent)
+		w.Write(make([]byte, 10)) // and the server closes the connection: it declared 50
+	}))
+	defer srv.Close()
+	s := noRetryStore(t, srv.URL)
+	_, err := s.GetRange(t.Context(), "seg/a", 100, 50)
+	if !is.IsTransient(err) || errors.Is(err, archive.ErrBlobTooShort) {
+		t.Fatalf("GetRange of a cut body: %v, want transient and not ErrBlobTooShort", err)
+	}
+}
+
+// TestGetRangeIgnoredRangeFails: a server that answers a ranged GET with the whole object (200, no
+// Content-Range) must not have the object's first bytes read as the range's.
+func TestGetRangeIgnoredRangeFails(t *testing.T) {
+	data := make([]byte, 1000)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(data)
+	}))
+	defer srv.Close()
+	s := noRetryStore(t, srv.URL)
+	if got, err := s.GetRange(t.Context(), "seg/a", 100, 50); err == nil {
+		t.Fatalf("GetRange(100, 50) from a server that ignores Range: %v (data[100:150] is %v)", got, data[100:150])
+	}
 }

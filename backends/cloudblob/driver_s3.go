@@ -7,7 +7,9 @@ package cloudblob
 import (
 	"errors"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/s3blob"
 )
 
@@ -23,5 +25,13 @@ func init() {
 			code, ok = apiErr.ErrorCode(), true
 		}
 		return status, code, ok
+	})
+}
+
+func init() {
+	// A ranged GetObject answered without a Content-Range is the whole object from its first byte.
+	rangeIgnored = append(rangeIgnored, func(r *blob.Reader) bool {
+		var out s3.GetObjectOutput
+		return r.As(&out) && out.ContentRange == nil
 	})
 }

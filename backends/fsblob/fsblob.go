@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,7 +25,10 @@ type Store struct {
 	closed atomic.Bool
 }
 
-var _ archive.BlobStore = (*Store)(nil)
+var (
+	_ archive.BlobStore   = (*Store)(nil)
+	_ archive.RangeReader = (*Store)(nil)
+)
 
 // Options configures New. It has no fields yet: it is there so that one can come without changing
 // New's signature. A nil *Options is the zero Options.
@@ -52,8 +56,8 @@ func (s *Store) Root() string { return s.root }
 var errClosed = errors.New("store is closed")
 
 // fail is the one place an operation's error takes its shape, the storage backends' (is.OpError):
-// `fsblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, delete, list). A
-// nil err returns nil.
+// `fsblob <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range, delete,
+// list). A nil err returns nil.
 func fail(op, path string, err error) error {
 	if err == nil {
 		return nil
@@ -140,6 +144,54 @@ func (s *Store) Get(_ context.Context, path string) ([]byte, error) {
 	}
 	if err != nil {
 		return nil, fail("get", path, err)
+	}
+	return data, nil
+}
+
+// GetRange opens the file, checks its size and reads the range with one pread (os.File.ReadAt). Put
+// replaces a file by renaming a new one over it and never writes into it, so the open file is one
+// version of the blob from Stat to ReadAt. A directory is not a blob: it reads as missing, as a key
+// prefix does on an object store.
+func (s *Store) GetRange(_ context.Context, path string, offset, length int64) ([]byte, error) {
+	name, err := s.file("get_range", path, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := archive.ValidateBlobRange(offset, length); err != nil {
+		return nil, fail("get_range", path, err)
+	}
+	data, err := readRange(name, offset, length)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fail("get_range", path, archive.ErrBlobNotFound)
+	}
+	return data, fail("get_range", path, err)
+}
+
+func readRange(name string, offset, length int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		return nil, fs.ErrNotExist
+	}
+	// Checked before allocating: a wrong length must fail, not allocate it.
+	if err := archive.CheckBlobSize(offset, length, fi.Size()); err != nil {
+		return nil, err
+	}
+	data := make([]byte, length)
+	n, err := f.ReadAt(data, offset)
+	if err == io.EOF {
+		// Shorter than Stat said: something other than Put truncated the file.
+		return nil, fmt.Errorf("%w: read %d of the %d bytes at %d of a file that shrank under the read", archive.ErrBlobTooShort, n, length, offset)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return data, nil
 }

@@ -26,7 +26,10 @@ func NewBlobStore() *BlobStore {
 	return &BlobStore{blobs: map[string][]byte{}, paths: btree.NewG(32, func(a, b string) bool { return a < b })}
 }
 
-var _ archive.BlobStore = (*BlobStore)(nil)
+var (
+	_ archive.BlobStore   = (*BlobStore)(nil)
+	_ archive.RangeReader = (*BlobStore)(nil)
+)
 
 func (s *BlobStore) Put(_ context.Context, path string, data []byte) error {
 	if err := archive.ValidateBlobPath(path, false); err != nil {
@@ -56,6 +59,30 @@ func (s *BlobStore) Get(_ context.Context, path string) ([]byte, error) {
 		return nil, failBlob("get", path, archive.ErrBlobNotFound)
 	}
 	return slices.Clone(data), nil
+}
+
+// GetRange copies the range out of the blob under the read lock, so a concurrent Put (which swaps
+// the whole slice) is seen entirely or not at all.
+func (s *BlobStore) GetRange(_ context.Context, path string, offset, length int64) ([]byte, error) {
+	if err := archive.ValidateBlobPath(path, false); err != nil {
+		return nil, failBlob("get_range", path, err)
+	}
+	if err := archive.ValidateBlobRange(offset, length); err != nil {
+		return nil, failBlob("get_range", path, err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, failBlob("get_range", path, errBlobClosed)
+	}
+	data, ok := s.blobs[path]
+	if !ok {
+		return nil, failBlob("get_range", path, archive.ErrBlobNotFound)
+	}
+	if err := archive.CheckBlobSize(offset, length, int64(len(data))); err != nil {
+		return nil, failBlob("get_range", path, err)
+	}
+	return slices.Clone(data[offset : offset+length : offset+length]), nil
 }
 
 func (s *BlobStore) Delete(_ context.Context, path string) error {
@@ -103,7 +130,8 @@ func (s *BlobStore) Close() error {
 var errBlobClosed = errors.New("blob store is closed")
 
 // failBlob is the one place a blob operation's error takes its shape, the storage backends' (is.OpError):
-// `memory <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, delete, list).
+// `memory <op> (path "<path>"): <err>`, op being the blob metric's label (put, get, get_range, delete,
+// list).
 func failBlob(op, path string, err error) error {
 	return fmt.Errorf("memory %s (path %q): %w", op, path, err)
 }
