@@ -80,26 +80,12 @@ type BatchAppender interface {
 // ValidateAppendKeys checks AppendKeys's arguments: a valid namespace, at most MaxBatch keys, each a
 // valid key, none twice, and each key's entries a valid batch (ValidateBatch).
 func ValidateAppendKeys(ns string, reqs []KeyEntries) error {
-	if err := ValidateNamespace(ns); err != nil {
-		return err
-	}
-	if len(reqs) > MaxBatch {
-		return fmt.Errorf("%w: a batch of %d keys, at most %d", ErrInvalidArgument, len(reqs), MaxBatch)
-	}
-	seen := make(map[string]struct{}, len(reqs))
-	for _, r := range reqs {
-		if err := ValidateKey(r.Key); err != nil {
-			return err
-		}
-		if _, dup := seen[r.Key]; dup {
-			return fmt.Errorf("%w: key %q twice in one batch", ErrInvalidArgument, r.Key)
-		}
-		seen[r.Key] = struct{}{}
+	return validateBatchOf(ns, reqs, func(r KeyEntries) string { return r.Key }, func(r KeyEntries) error {
 		if err := ValidateBatch(r.Entries); err != nil {
 			return fmt.Errorf("key %q: %w", r.Key, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // AppendKeys appends each key's entries: in one call where st is a BatchAppender, else AppendMany of
@@ -112,22 +98,22 @@ func AppendKeys(ctx context.Context, st Storage, ns string, reqs []KeyEntries) (
 		return nil, err
 	}
 	out := make([]error, len(reqs))
-	var stop error
-	for i, r := range reqs {
-		if stop != nil {
-			out[i] = untried(r.Key, stop)
-			continue
-		}
-		if out[i] = st.AppendMany(ctx, ns, r.Key, r.Entries); out[i] != nil && stopsBatch(out[i]) {
-			stop = out[i]
-		}
-	}
+	eachPart(reqs, func(r KeyEntries) string { return r.Key },
+		func(i int) error { out[i] = st.AppendMany(ctx, ns, reqs[i].Key, reqs[i].Entries); return out[i] },
+		func(i int, err error) { out[i] = err })
 	return out, nil
 }
 
 // ValidateBatchKeys checks a batch operation's arguments: a valid namespace, at most MaxBatch keys,
 // each a valid key, none twice (two parts on one index in one call would have no order).
 func ValidateBatchKeys(ns string, reqs []KeyID) error {
+	return validateBatchOf(ns, reqs, keyOf, nil)
+}
+
+// validateBatchOf checks what every batch operation's arguments share: a valid namespace, at most
+// MaxBatch parts, each a valid key, none twice; and with part set, each part's own arguments, checked
+// in the order of reqs after its key.
+func validateBatchOf[R any](ns string, reqs []R, key func(R) string, part func(R) error) error {
 	if err := ValidateNamespace(ns); err != nil {
 		return err
 	}
@@ -136,13 +122,19 @@ func ValidateBatchKeys(ns string, reqs []KeyID) error {
 	}
 	seen := make(map[string]struct{}, len(reqs))
 	for _, r := range reqs {
-		if err := ValidateKey(r.Key); err != nil {
+		k := key(r)
+		if err := ValidateKey(k); err != nil {
 			return err
 		}
-		if _, dup := seen[r.Key]; dup {
-			return fmt.Errorf("%w: key %q twice in one batch", ErrInvalidArgument, r.Key)
+		if _, dup := seen[k]; dup {
+			return fmt.Errorf("%w: key %q twice in one batch", ErrInvalidArgument, k)
 		}
-		seen[r.Key] = struct{}{}
+		seen[k] = struct{}{}
+		if part != nil {
+			if err := part(r); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -160,22 +152,11 @@ func ClosestLastMany(ctx context.Context, st Storage, ns string, reqs []KeyID) (
 		return nil, err
 	}
 	out := make([]ClosestLastResult, len(reqs))
-	var stop error
-	for i, r := range reqs {
-		if stop != nil {
-			out[i].Err = untried(r.Key, stop)
-			continue
-		}
-		var res ClosestLastResult
-		res.Entry, res.Found, res.Last, res.Exists, res.Err = ClosestLast(ctx, st, ns, r.Key, r.ID)
-		if res.Err != nil {
-			res = ClosestLastResult{Err: res.Err}
-			if stopsBatch(res.Err) {
-				stop = res.Err
-			}
-		}
-		out[i] = res
-	}
+	eachPart(reqs, keyOf, func(i int) (err error) {
+		r := &out[i]
+		r.Entry, r.Found, r.Last, r.Exists, err = ClosestLast(ctx, st, ns, reqs[i].Key, reqs[i].ID)
+		return err
+	}, func(i int, err error) { out[i] = ClosestLastResult{Err: err} })
 	return out, nil
 }
 
@@ -189,21 +170,33 @@ func DropPrefixMany(ctx context.Context, st Storage, ns string, reqs []KeyID) ([
 		return nil, err
 	}
 	out := make([]DropResult, len(reqs))
+	eachPart(reqs, keyOf, func(i int) (err error) {
+		out[i].Dropped, err = st.DropPrefix(ctx, ns, reqs[i].Key, reqs[i].ID)
+		return err
+	}, func(i int, err error) { out[i] = DropResult{Err: err} })
+	return out, nil
+}
+
+// keyOf is a KeyID's key.
+func keyOf(r KeyID) string { return r.Key }
+
+// eachPart is the per-key fallbacks' loop: do runs each part in turn, and a part that fails is given
+// its error (failed), every other result of it zero; once a failure says the store cannot be reached
+// (stopsBatch), the parts after it are not tried and fail with ErrNotTried wrapping it.
+func eachPart[R any](reqs []R, key func(R) string, do func(i int) error, failed func(i int, err error)) {
 	var stop error
 	for i, r := range reqs {
 		if stop != nil {
-			out[i].Err = untried(r.Key, stop)
+			failed(i, untried(key(r), stop))
 			continue
 		}
-		out[i].Dropped, out[i].Err = st.DropPrefix(ctx, ns, r.Key, r.ID)
-		if out[i].Err != nil {
-			out[i].Dropped = 0
-			if stopsBatch(out[i].Err) {
-				stop = out[i].Err
+		if err := do(i); err != nil {
+			failed(i, err)
+			if stopsBatch(err) {
+				stop = err
 			}
 		}
 	}
-	return out, nil
 }
 
 // stopsBatch reports whether err says the store cannot be reached now, rather than that one index
