@@ -145,6 +145,13 @@ func (c *Compressed) DropPrefixMany(ctx context.Context, mode oplog.Mode, reqs [
 	return out, nil
 }
 
+var _ oplog.BatchLastReader = (*Compressed)(nil)
+
+// LastIndexMany reads every agent's last chunk id in one storage call.
+func (c *Compressed) LastIndexMany(ctx context.Context, mode oplog.Mode, agents []oplog.AgentID) ([]oplog.LastResult, error) {
+	return lastIndexMany(ctx, c.st, oplog.CompressedNamespace(mode, c.level), c.name, agents)
+}
+
 func (c *Compressed) FirstIndex(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) (oplog.Index, bool, error) {
 	e, ok, err := c.st.First(ctx, oplog.CompressedNamespace(mode, c.level), agent.StoredKey())
 	if err != nil || !ok {

@@ -99,7 +99,8 @@ func TestStack_AnEphemeralOplogNeverTouchesThePrimary(t *testing.T) {
 }
 
 // The sweep's drain of an agent at the layer above the bottom is one read of the chunks with the last
-// index (the gate's re-check), one blob put and one drop: the source is not read again once moved.
+// index (the gate's re-check), the target's last index, one segment put with its index rows, and one
+// drop: the source is not read again once moved.
 func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	ctx := t.Context()
 	calls := map[is.Operation]int{}
@@ -126,7 +127,7 @@ func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	if err != nil || d.Moved != 30 || d.Hops != 1 {
 		t.Fatalf("DrainSeen: %+v %v", d, err)
 	}
-	want := map[is.Operation]int{is.OpClosestLast: 1, is.OpDropPrefix: 1}
+	want := map[is.Operation]int{is.OpClosestLast: 1, is.OpLastID: 1, is.OpAppendKeys: 1, is.OpDropPrefix: 1}
 	if fmt.Sprint(calls) != fmt.Sprint(want) {
 		t.Fatalf("storage calls %v, want %v", calls, want)
 	}

@@ -205,8 +205,9 @@ func DecodeSegment(segment []byte) ([]PackedChunk, error) {
 // they are a chunk of e's span, and returns them.
 func PackedChunkBytes(e PackedChunk, data []byte) ([]byte, error) {
 	if uint64(len(data)) != e.Length || crc32.Checksum(data, castagnoli) != e.CRC {
-		return nil, fmt.Errorf("%w: chunk %d..%d of %q: %d bytes that do not match the CRC listed for its %d",
-			ErrCorruptSegment, e.First, e.Last, e.Key, len(data), e.Length)
+		// Either the chunk's bytes or the row that lists them are damaged: both errors match.
+		return nil, fmt.Errorf("%w: %w: chunk %d..%d of %q: %d bytes that do not match the CRC listed for its %d",
+			ErrCorruptSegment, ErrCorruptChunk, e.First, e.Last, e.Key, len(data), e.Length)
 	}
 	first, last, err := ChunkSpan(data)
 	if err != nil {

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 
@@ -22,6 +23,11 @@ type StackOptions struct {
 	// MeterProvider records every storage and blob operation of the stack (strata_storage_operation_*
 	// labelled storage = "indexed", strata_blob_operation_*); nil: nothing is recorded.
 	MeterProvider metric.MeterProvider
+	// BlobLayout is how blob level 0 stores chunks: LayoutPacked (the default, also for "") or
+	// LayoutChunks.
+	BlobLayout string
+	// SegmentGrace is the packed layout's collector grace (PackedOptions.Grace; 0: DefaultSegmentGrace).
+	SegmentGrace time.Duration
 	// MaxConcurrentOps bounds the storage operations in flight at once (indexedstorage.Limit); < 1: no
 	// limit beyond the storage's own.
 	MaxConcurrentOps int
@@ -49,11 +55,30 @@ func DefaultStack(st is.Storage, blobs BlobStore, opts *StackOptions) (*oplog.St
 		}
 		archives = append(archives, c)
 	}
-	b, err := NewBlob(blobs, 0)
+	b, err := NewBlobLayer(st, blobs, 0, opts.BlobLayout, &PackedOptions{Grace: opts.SegmentGrace})
 	if err != nil {
 		return nil, err
 	}
 	return oplog.NewStack(oplog.NewPrimary(st), append(archives, b)...)
+}
+
+// The blob layouts (DESIGN §13): chunks packed into segments with an index in indexed storage, or one
+// blob per chunk in a directory per agent (the layout before segments, kept for stores that hold it).
+const (
+	LayoutPacked = "packed"
+	LayoutChunks = "chunks"
+)
+
+// NewBlobLayer returns blob level level in layout (LayoutPacked for ""): a Packed over st and blobs, or
+// a Blob over blobs.
+func NewBlobLayer(st is.Storage, blobs BlobStore, level int, layout string, opts *PackedOptions) (oplog.Layer, error) {
+	switch layout {
+	case "", LayoutPacked:
+		return NewPacked(st, blobs, level, opts)
+	case LayoutChunks:
+		return NewBlob(blobs, level)
+	}
+	return nil, fmt.Errorf("blob layout %q: want %q or %q", layout, LayoutPacked, LayoutChunks)
 }
 
 // Stores returns st and blobs as DefaultStack uses them: st limited to MaxConcurrentOps operations at

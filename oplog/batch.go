@@ -47,6 +47,37 @@ type BatchLayer interface {
 	DropPrefixMany(ctx context.Context, mode Mode, reqs []DropRequest) ([]DropResult, error)
 }
 
+// AppendRequest is one agent's part of a BatchAppender's AppendBatch: entries to append to its oplog.
+type AppendRequest struct {
+	Agent   AgentID
+	Entries []Entry
+}
+
+// BatchAppender is implemented by a layer that writes many oplogs' entries of one mode in one go: the
+// packed blob layer writes a batch's chunks as one segment. A batch drain appends to a target through
+// it; a target without it is appended to one oplog at a time.
+type BatchAppender interface {
+	// AppendBatch is Append of each request's entries, each part with Append's rules (ErrConflict for
+	// an overlap, all or nothing on its oplog). The result has one error a request, in the order of
+	// reqs (nil: appended); the call's own error means no part is known to have taken effect or not.
+	AppendBatch(ctx context.Context, mode Mode, reqs []AppendRequest) ([]error, error)
+}
+
+// LastResult is one agent's part of a BatchLastReader's LastIndexMany: what LastIndex returns for it.
+type LastResult struct {
+	Last   Index
+	Exists bool
+	Err    error
+}
+
+// BatchLastReader is implemented by a layer that reads the last index of many oplogs of one mode in one
+// storage call. A batch drain into the bottom layer reads the target's last indices (step 2) this way.
+type BatchLastReader interface {
+	// LastIndexMany is LastIndex of each agent, in the order of agents; an agent whose oplog cannot
+	// be read fails its part only.
+	LastIndexMany(ctx context.Context, mode Mode, agents []AgentID) ([]LastResult, error)
+}
+
 // BatchWorkers is how many agents of a batch drain write to the layers below at once: the reads and
 // the drops of a batch are one call each, the appends one per agent.
 const BatchWorkers = 8
@@ -81,6 +112,67 @@ func dropMany(ctx context.Context, l Layer, mode Mode, reqs []DropRequest) ([]Dr
 		out[i].Dropped, out[i].Err = l.DropPrefix(ctx, reqs[i].Agent, mode, reqs[i].UpTo)
 	})
 	return out, nil
+}
+
+// targetLasts reads, in one call, the target's last index of every active hop out of layer i whose
+// batch holds entries, where the target is the bottom layer and a BatchLastReader, and hands each to
+// its hop for step 2 (hop.targetLast). A failure of the call is each hop's error.
+func (s *Stack) targetLasts(ctx context.Context, mode Mode, i int, hops []*hop, active []int, batches [][]Entry, failed []bool, errs []error) {
+	target, ok := s.layers[i+1].(BatchLastReader)
+	if !ok || i+1 != len(s.layers)-1 {
+		return
+	}
+	var ks []int
+	var agents []AgentID
+	for _, k := range active {
+		if !failed[k] && len(batches[k]) > 0 {
+			ks = append(ks, k)
+			agents = append(agents, hops[k].agent)
+		}
+	}
+	if len(agents) == 0 {
+		return
+	}
+	res, err := target.LastIndexMany(ctx, mode, agents)
+	if err == nil && len(res) != len(agents) {
+		err = fmt.Errorf("%s: last index of %d oplogs: %d results", s.layers[i+1].Name(), len(agents), len(res))
+	}
+	for j, k := range ks {
+		switch {
+		case err != nil:
+			errs[k] = err
+		case res[j].Err != nil:
+			errs[k] = res[j].Err
+		default:
+			hops[k].targetLast = &res[j].Last
+		}
+	}
+}
+
+// appendMany is l's AppendBatch where l is a BatchAppender, else Append of each request (BatchWorkers at
+// once). A failure of the call as a whole is every request's.
+func appendMany(ctx context.Context, l Layer, mode Mode, reqs []AppendRequest) []error {
+	out := make([]error, len(reqs))
+	if len(reqs) == 0 {
+		return out
+	}
+	if b, ok := l.(BatchAppender); ok {
+		errs, err := b.AppendBatch(ctx, mode, reqs)
+		if err == nil && len(errs) != len(reqs) {
+			err = fmt.Errorf("%s: append batch: %d results for %d oplogs", l.Name(), len(errs), len(reqs))
+		}
+		if err != nil {
+			for i := range out {
+				out[i] = err
+			}
+			return out
+		}
+		return errs
+	}
+	each(ctx, len(reqs), func(ctx context.Context, i int) {
+		out[i] = l.Append(ctx, reqs[i].Agent, mode, reqs[i].Entries)
+	})
+	return out
 }
 
 // each runs fn(i) for i in [0, n), BatchWorkers at once.
@@ -213,8 +305,9 @@ const readToEnd = Index(1<<63 - 1)
 
 // drainLayer is one batched hop of the agents at positions live out of layer i, and returns each
 // one's Step (in the order of live); an agent's failure is set in out. Every round makes the hops'
-// step 1 in one read of the layer, steps 2 to 4 agent by agent (BatchWorkers at once), and step 5 in
-// one drop of the layer. checkSeen: the first read must find seen's index as the layer's last.
+// step 1 in one read of the layer, steps 2 and 3 agent by agent (BatchWorkers at once), step 4 in one
+// call of the target where it is a BatchAppender, and step 5 in one drop of the layer. checkSeen: the
+// first read must find seen's index as the layer's last.
 func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, seen []Seen, out []DrainResult, checkSeen bool) []Step {
 	src := s.layers[i]
 	hops := make([]*hop, len(live)) // nil: no hop (the layer holds nothing of the agent, or it failed before one)
@@ -299,14 +392,36 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 				batches[k] = res[j].Entries
 			}
 		}
-		// Steps 2 to 4, agent by agent.
+		// Steps 2 and 3, agent by agent; the target's last indices in one call where the target is
+		// the bottom (no hop moves anything on from there, so the source need not be looked at first)
+		// and a BatchLastReader.
 		upTo := make([]Index, len(hops))
 		errs := make([]error, len(hops))
+		aboves := make([][]Entry, len(hops))
+		s.targetLasts(ctx, mode, i, hops, active, batches, failed, errs)
 		each(ctx, len(active), func(ctx context.Context, j int) {
-			if k := active[j]; !failed[k] {
-				upTo[k], errs[k] = hops[k].take(ctx, batches[k]) // each k is one worker's
+			if k := active[j]; !failed[k] && errs[k] == nil {
+				aboves[k], errs[k] = hops[k].prepare(ctx, batches[k]) // each k is one worker's
 			}
 		})
+		// Step 4, in one call of the target where it takes batches (one segment for the round).
+		var writers []int
+		var areqs []AppendRequest
+		for _, k := range active {
+			if !failed[k] && errs[k] == nil && len(aboves[k]) > 0 {
+				writers = append(writers, k)
+				areqs = append(areqs, AppendRequest{Agent: hops[k].agent, Entries: aboves[k]})
+			}
+		}
+		appendErrs := make([]error, len(hops))
+		for j, err := range appendMany(ctx, s.layers[i+1], mode, areqs) {
+			appendErrs[writers[j]] = err
+		}
+		for _, k := range active {
+			if !failed[k] && errs[k] == nil {
+				upTo[k], errs[k] = hops[k].settle(aboves[k], appendErrs[k])
+			}
+		}
 		// Step 5, in one call.
 		var droppers []int
 		var dreqs []DropRequest

@@ -40,10 +40,14 @@ type hop struct {
 	below []Layer // the layers under src, top first: below[0] is the target
 	last  Index   // move the source up to here
 	first []Entry // the source's first batch, already read by the caller (nil: read it)
+	// targetLast, when set, is the target's last index read by the caller after this batch was read
+	// (a batch drain reads them for many hops in one call): step 2 uses it instead of reading it.
+	targetLast *Index
 	step  Step
 
 	// The pass under way: a hop makes passes over the source until one ends without a conflict.
 	next     Index // the pass's next read starts here; past last, the pass is over
+	end      Index // the last index of the batch being taken (0: the batch was empty)
 	verified Index // the source up to here is identical below and not yet dropped
 	target   Index // the greatest target last index this pass read
 
@@ -92,39 +96,66 @@ func (h *hop) run(ctx context.Context) (Step, error) {
 func (h *hop) done() bool { return h.next > h.last }
 
 // take is steps 2 to 4 for batch, the source's entries read from h.next on, and returns how far step 5
-// drops the source (0: no drop this round). Reading from 1 rather than from the target's last index + 1
-// costs nothing when the source starts above it (the usual case) and shows any entry at or below it.
-// Those come first, so all of them are verified before the first append or drop. An empty batch ends
-// the pass's reads (a concurrent drain dropped the rest); at the end of the pass, a source that held
-// only verified entries since the last drop is dropped up to them. A conflict on the append starts the
-// pass again from index 1 (retry) while the target's last index moves on.
+// drops the source (0: no drop this round): prepare, the append, then settle. A batch drain makes the
+// appends of many hops in one call of the target between the two (drainLayer).
 func (h *hop) take(ctx context.Context, batch []Entry) (upTo Index, err error) {
+	above, err := h.prepare(ctx, batch)
+	if err != nil {
+		return 0, err
+	}
+	if len(above) > 0 {
+		err = h.below[0].Append(ctx, h.agent, h.mode, above)
+	}
+	return h.settle(above, err)
+}
+
+// prepare is steps 2 and 3 for batch and returns the part of it step 4 appends. Reading from 1 rather
+// than from the target's last index + 1 costs nothing when the source starts above it (the usual case)
+// and shows any entry at or below it. Those come first, so all of them are verified before the first
+// append or drop.
+func (h *hop) prepare(ctx context.Context, batch []Entry) (above []Entry, err error) {
+	h.end = 0
 	if len(batch) == 0 {
+		return nil, nil
+	}
+	h.end = batch[len(batch)-1].Index
+	known, err := h.alreadyBelow(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	h.target = max(h.target, known.target)
+	atOrBelow, above := known.split(batch)
+	if len(atOrBelow) > 0 {
+		if err := h.verify(ctx, atOrBelow, known); err != nil {
+			return nil, err
+		}
+		h.verified = atOrBelow[len(atOrBelow)-1].Index
+	}
+	return above, nil
+}
+
+// settle ends take once step 4 appended above (appendErr: its error) and returns how far step 5 drops.
+// An empty batch ends the pass's reads (a concurrent drain dropped the rest); at the end of the pass, a
+// source that held only verified entries since the last drop is dropped up to them. A conflict on the
+// append starts the pass again from index 1 (retry) while the target's last index moves on.
+func (h *hop) settle(above []Entry, appendErr error) (upTo Index, err error) {
+	if appendErr != nil {
+		if errors.Is(appendErr, is.ErrConflict) && h.retry() {
+			return 0, nil
+		}
+		return 0, appendErr
+	}
+	if h.end == 0 {
 		h.next = h.last + 1
 	} else {
-		end := batch[len(batch)-1].Index
-		known, err := h.alreadyBelow(ctx, batch)
-		if err != nil {
-			return 0, err
-		}
-		h.target = max(h.target, known.target)
-		atOrBelow, above := known.split(batch)
-		if len(atOrBelow) > 0 {
-			if err := h.verify(ctx, atOrBelow, known); err != nil {
-				return 0, err
-			}
-			h.verified = atOrBelow[len(atOrBelow)-1].Index
-		}
 		if len(above) > 0 {
-			if err := h.append(ctx, above); err != nil {
-				if errors.Is(err, is.ErrConflict) && h.retry() {
-					return 0, nil
-				}
-				return 0, err
+			h.step.Moved += len(above)
+			for _, e := range above {
+				h.step.Bytes += int64(len(e.Payload))
 			}
-			upTo = end
+			upTo = h.end
 		}
-		h.next = end + 1
+		h.next = h.end + 1
 	}
 	if h.done() && h.verified > max(upTo, h.step.DroppedUpTo) {
 		upTo = h.verified
@@ -191,9 +222,13 @@ func (h *hop) alreadyBelow(ctx context.Context, batch []Entry) (knownBelow, erro
 			k.gone = first - 1
 		}
 	}
-	var err error
-	if k.target, _, err = h.below[0].LastIndex(ctx, h.agent, h.mode); err != nil {
-		return k, err
+	if h.targetLast != nil {
+		k.target, h.targetLast = *h.targetLast, nil
+	} else {
+		var err error
+		if k.target, _, err = h.below[0].LastIndex(ctx, h.agent, h.mode); err != nil {
+			return k, err
+		}
 	}
 	k.upTo = max(k.target, k.gone)
 	return k, nil
@@ -242,18 +277,6 @@ func indexReused(want []Entry, k knownBelow, why string) error {
 		where = fmt.Sprintf("up to %d, which the source dropped during the step as moved below", k.gone)
 	}
 	return fmt.Errorf("%w: source indices %d..%d are %s, and %s", ErrIndexReused, want[0].Index, want[len(want)-1].Index, where, why)
-}
-
-// append is step 4: entries, all above what is known below, to the target.
-func (h *hop) append(ctx context.Context, entries []Entry) error {
-	if err := h.below[0].Append(ctx, h.agent, h.mode, entries); err != nil {
-		return err
-	}
-	h.step.Moved += len(entries)
-	for _, e := range entries {
-		h.step.Bytes += int64(len(e.Payload))
-	}
-	return nil
 }
 
 // drop is step 5: the source up to upTo, all of it appended below or verified there. It records

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/fsblob"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
@@ -291,21 +290,14 @@ func crashCheckAgent(ctx context.Context, l *oplogtest.Layers, a oplog.AgentID) 
 		}
 	}
 
-	paths, err := l.Blobs.List(ctx, l.Blob.Dir(a, oplog.Ephemeral))
+	chunks, err := l.BlobChunks(ctx, a, oplog.Ephemeral)
 	if err != nil {
 		return state, err
 	}
-	for _, p := range paths {
-		data, err := l.Blobs.Get(ctx, p)
-		if err != nil {
-			return state, err
-		}
-		first, last, err := archive.ChunkSpan(data)
-		if err != nil {
-			return state, fmt.Errorf("%s: blob %s: %w", a, p, err)
-		}
-		if first != oplog.Index(state.blob)+1 || !strings.HasSuffix(p, fmt.Sprintf("/%020d", last)) {
-			return state, fmt.Errorf("%s: blob %s holds %d..%d after blob chunks covering 1..%d: an index is held twice or skipped", a, p, first, last, state.blob)
+	for _, c := range chunks {
+		first, last := c.First, c.Last
+		if first != oplog.Index(state.blob)+1 {
+			return state, fmt.Errorf("%s: blob chunk in %s holds %d..%d after blob chunks covering 1..%d: an index is held twice or skipped", a, c.Where, first, last, state.blob)
 		}
 		state.blob = int(last)
 	}

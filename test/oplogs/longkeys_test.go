@@ -47,7 +47,7 @@ func TestOplog_LongestKeysAreArchivedToTheFileSystem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := oplogtest.NewLayers(t, b.Open(t), blobs)
+		st := b.Open(t)
 		rng := oplogtest.Seeded(t)
 		shared := strings.Repeat("s", 300)
 		agents := []oplog.AgentID{
@@ -59,26 +59,36 @@ func TestOplog_LongestKeysAreArchivedToTheFileSystem(t *testing.T) {
 			{Component: strings.Repeat("c", 300), Name: "short"}, // the component's segment is bounded too
 		}
 		const n = 5000 // two chunks in the blob layer
-		for _, mode := range oplog.Modes {
-			for _, agent := range agents {
-				l.Write(t, agent, mode, 1, n, rng)
-			}
-			for _, agent := range agents {
-				l.Drain(t, agent, mode)
-				l.RequireExact(t, agent, mode, n)
-				l.RequireDrained(t, agent, mode, n) // lists the agent's own directory: no other's chunks
-				for _, last := range []oplog.Index{oplog.MaxChunkEntries, n} {
-					path := l.Blob.ChunkPath(agent, mode, last)
-					if err := archive.ValidateBlobPath(path, false); err != nil {
-						t.Fatal(err)
+		for _, layout := range []string{archive.LayoutPacked, archive.LayoutChunks} {
+			// The packed layout keeps the keys in its index and its segments' footers; the chunk layout
+			// makes a path of each.
+			l := oplogtest.NewLayersIn(t, st, blobs, layout)
+			for _, mode := range oplog.Modes {
+				for _, agent := range agents {
+					l.Write(t, agent, mode, 1, n, rng)
+				}
+				for _, agent := range agents {
+					l.Drain(t, agent, mode)
+					l.RequireExact(t, agent, mode, n)
+					l.RequireDrained(t, agent, mode, n) // lists the agent's own directory: no other's chunks
+					if layout == archive.LayoutPacked {
+						continue
 					}
-					if _, err := os.Stat(filepath.Join(blobs.Root(), filepath.FromSlash(path))); err != nil {
-						t.Fatalf("%d-byte name: chunk %d is not on disk: %v", len(agent.Name), last, err)
+					for _, last := range []oplog.Index{oplog.MaxChunkEntries, n} {
+						path := l.Chunks(t).ChunkPath(agent, mode, last)
+						if err := archive.ValidateBlobPath(path, false); err != nil {
+							t.Fatal(err)
+						}
+						if _, err := os.Stat(filepath.Join(blobs.Root(), filepath.FromSlash(path))); err != nil {
+							t.Fatalf("%d-byte name: chunk %d is not on disk: %v", len(agent.Name), last, err)
+						}
 					}
 				}
-			}
-			if a, b := l.Blob.Dir(agents[2], mode), l.Blob.Dir(agents[3], mode); a == b || strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
-				t.Fatalf("names alike for 300 bytes share a directory: %q, %q", a, b)
+				if layout == archive.LayoutChunks {
+					if a, b := l.Chunks(t).Dir(agents[2], mode), l.Chunks(t).Dir(agents[3], mode); a == b || strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
+						t.Fatalf("names alike for 300 bytes share a directory: %q, %q", a, b)
+					}
+				}
 			}
 		}
 	})

@@ -234,15 +234,7 @@ func TestOplog_CorruptChunkIsReportedWithAgentAndIndex(t *testing.T) {
 		other := oplogtest.AgentNamed("corrupted-blob")
 		l.Write(t, other, oplog.Ephemeral, 1, 100, oplogtest.Seeded(t))
 		l.Drain(t, other, oplog.Ephemeral)
-		path := l.Blob.ChunkPath(other, oplog.Ephemeral, 100)
-		data, err := l.Blobs.Get(ctx, path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data[3] ^= 0x01
-		if err := l.Blobs.Put(ctx, path, data); err != nil {
-			t.Fatal(err)
-		}
+		l.CorruptBlobChunk(t, other, oplog.Ephemeral, 100)
 		requireCorrupt(t, l, other)
 	})
 }

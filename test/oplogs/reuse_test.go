@@ -152,7 +152,7 @@ func deepLayers(t *testing.T, st is.Storage) (*oplogtest.Layers, *archive.Compre
 		t.Fatal(err)
 	}
 	layers := stack.Layers()
-	return &oplogtest.Layers{St: st, Blobs: blobs, Stack: stack, Blob: layers[3].(*archive.Blob)},
+	return &oplogtest.Layers{St: st, Blobs: blobs, Stack: stack, Blob: layers[3]},
 		layers[1].(*archive.Compressed), layers[2].(*archive.Compressed)
 }
 

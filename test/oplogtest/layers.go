@@ -4,6 +4,7 @@ package oplogtest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -16,24 +17,43 @@ import (
 	"github.com/stratalog/strata/oplog"
 )
 
-// layers is a default stack (primary → compressed level 1 → blob level 0) and what it sits on.
+// Layers is a default stack (primary → compressed level 1 → blob level 0) and what it sits on.
 type Layers struct {
 	St    is.Storage
 	Blobs archive.BlobStore
 	Stack *oplog.Stack
-	Blob  *archive.Blob
+	Blob  oplog.Layer // blob level 0: an *archive.Packed, or an *archive.Blob in the chunk layout
 }
 
+// NewLayers is NewLayersIn the default (packed) blob layout.
 func NewLayers(t testing.TB, st is.Storage, blobs archive.BlobStore) *Layers {
+	t.Helper()
+	return NewLayersIn(t, st, blobs, archive.LayoutPacked)
+}
+
+// NewLayersIn builds the default stack over st and blobs (a memory blob store when nil), its blob
+// level in layout.
+func NewLayersIn(t testing.TB, st is.Storage, blobs archive.BlobStore, layout string) *Layers {
 	t.Helper()
 	if blobs == nil {
 		blobs = memory.NewBlobStore()
 	}
-	stack, err := archive.DefaultStack(st, blobs, nil)
+	stack, err := archive.DefaultStack(st, blobs, &archive.StackOptions{BlobLayout: layout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Layers{St: st, Blobs: blobs, Stack: stack, Blob: stack.Layers()[2].(*archive.Blob)}
+	layers := stack.Layers()
+	return &Layers{St: st, Blobs: blobs, Stack: stack, Blob: layers[len(layers)-1]}
+}
+
+// Chunks is the blob level of a stack in the chunk layout; it fails the test for another layout.
+func (l *Layers) Chunks(t testing.TB) *archive.Blob {
+	t.Helper()
+	b, ok := l.Blob.(*archive.Blob)
+	if !ok {
+		t.Fatalf("blob level is a %T, this test needs the chunk layout", l.Blob)
+	}
+	return b
 }
 
 // payload is entry i's content: its index, padded to a size that varies with it.
@@ -110,32 +130,106 @@ func (l *Layers) RequireDrained(t testing.TB, agent oplog.AgentID, mode oplog.Mo
 	}
 }
 
-// blobCoverage decodes every blob chunk of the agent and returns the indices they hold, in order,
-// duplicates kept.
+// BlobCoverage decodes every blob chunk of the agent and returns the indices they hold, in order,
+// duplicates kept (BlobChunks).
 func (l *Layers) BlobCoverage(t testing.TB, agent oplog.AgentID, mode oplog.Mode) []oplog.Index {
 	t.Helper()
-	paths, err := l.Blobs.List(t.Context(), l.Blob.Dir(agent, mode))
+	chunks, err := l.BlobChunks(t.Context(), agent, mode)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var covered []oplog.Index
-	for _, p := range paths {
-		data, err := l.Blobs.Get(t.Context(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		first, last, err := archive.ChunkSpan(data)
-		if err != nil {
-			t.Fatalf("blob %s: %v", p, err)
-		}
-		if want := fmt.Sprintf("%020d", last); !strings.HasSuffix(p, want) {
-			t.Fatalf("blob %s holds a chunk ending at %d", p, last)
-		}
-		for i := first; i <= last; i++ {
+	for _, c := range chunks {
+		for i := c.First; i <= c.Last; i++ {
 			covered = append(covered, i)
 		}
 	}
 	return covered
+}
+
+// BlobChunk is one chunk of the blob level as BlobChunks found it.
+type BlobChunk struct {
+	Where       string // its blob's path (a segment's, in the packed layout)
+	First, Last oplog.Index
+}
+
+// BlobChunks returns the agent's chunks in the blob level, in order of their last index, each read and
+// checked: in the packed layout those the blob index's rows point to (each read from its segment and
+// checked against its row), in the chunk layout the blobs listed under the agent's path (each stored
+// under its own last index).
+func (l *Layers) BlobChunks(ctx context.Context, agent oplog.AgentID, mode oplog.Mode) ([]BlobChunk, error) {
+	var out []BlobChunk
+	switch b := l.Blob.(type) {
+	case *archive.Packed:
+		rows, err := l.St.Read(ctx, oplog.BlobIndexNamespace(mode, b.Level()), agent.StoredKey(), 1, is.MaxID)
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			ref, err := archive.DecodeSegmentRef(row.Value, oplog.Index(row.ID))
+			if err == nil {
+				var data []byte
+				if data, err = archive.GetRange(ctx, l.Blobs, ref.Segment, int64(ref.Offset), int64(ref.Length)); err == nil {
+					_, err = archive.PackedChunkBytes(ref.Chunk(agent.StoredKey(), oplog.Index(row.ID)), data)
+				}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: blob index row %d: %w", agent, row.ID, err)
+			}
+			out = append(out, BlobChunk{Where: ref.Segment, First: ref.First, Last: oplog.Index(row.ID)})
+		}
+	case *archive.Blob:
+		paths, err := l.Blobs.List(ctx, b.Dir(agent, mode))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range paths {
+			data, err := l.Blobs.Get(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			first, last, err := archive.ChunkSpan(data)
+			if err != nil {
+				return nil, fmt.Errorf("blob %s: %w", p, err)
+			}
+			if want := fmt.Sprintf("%020d", last); !strings.HasSuffix(p, want) {
+				return nil, fmt.Errorf("blob %s holds a chunk ending at %d", p, last)
+			}
+			out = append(out, BlobChunk{Where: p, First: first, Last: last})
+		}
+	default:
+		return nil, fmt.Errorf("blob level is a %T", l.Blob)
+	}
+	return out, nil
+}
+
+// CorruptBlobChunk flips one byte of the agent's blob chunk that ends at last, in either layout.
+func (l *Layers) CorruptBlobChunk(t testing.TB, agent oplog.AgentID, mode oplog.Mode, last oplog.Index) {
+	t.Helper()
+	ctx := t.Context()
+	path, at := "", 3
+	switch b := l.Blob.(type) {
+	case *archive.Packed:
+		row, ok, err := l.St.Closest(ctx, oplog.BlobIndexNamespace(mode, b.Level()), agent.StoredKey(), uint64(last))
+		if err != nil || !ok || row.ID != uint64(last) {
+			t.Fatalf("%s: no blob index row of %d (%v)", agent, last, err)
+		}
+		ref, err := archive.DecodeSegmentRef(row.Value, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path, at = ref.Segment, int(ref.Offset)+3
+	default:
+		path = l.Chunks(t).ChunkPath(agent, mode, last)
+	}
+	data, err := l.Blobs.Get(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[at] ^= 0x01
+	if err := l.Blobs.Put(ctx, path, data); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func SpanIndexes(from, to int) []oplog.Index {

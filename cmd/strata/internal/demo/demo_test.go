@@ -3,7 +3,6 @@
 package demo_test
 
 import (
-	"fmt"
 	"io"
 	"net/url"
 	"strings"
@@ -75,7 +74,7 @@ func runDemoOnS3(t *testing.T, blobURL string) {
 		Credentials:  credentials.NewStaticCredentialsProvider("strata-test", "strata-test-secret", ""),
 	})
 	ctx := t.Context()
-	entries := map[string]int{} // agent directory → entries its chunks hold
+	entries := map[string]int{} // agent's stored key → entries its chunks hold
 	var keys []string
 	for page := s3.NewListObjectsV2Paginator(client, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix}); page.HasMorePages(); {
 		res, err := page.NextPage(ctx)
@@ -89,8 +88,8 @@ func runDemoOnS3(t *testing.T, blobURL string) {
 	t.Cleanup(func() { deleteAll(t, client, bucket, keys) })
 	for _, key := range keys {
 		rel := strings.TrimPrefix(key, prefix)
-		if !strings.HasPrefix(rel, string(oplog.Ephemeral)+"/0/") {
-			t.Fatalf("object %q is not a blob-level-0 chunk", key)
+		if !strings.HasPrefix(rel, string(oplog.Ephemeral)+"/0/segments/") {
+			t.Fatalf("object %q is not a blob-level-0 segment", key)
 		}
 		obj, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: aws.String(key)})
 		if err != nil {
@@ -101,22 +100,25 @@ func runDemoOnS3(t *testing.T, blobURL string) {
 		if err != nil {
 			t.Fatalf("GetObject %s: %v", key, err)
 		}
-		first, last, err := archive.ChunkSpan(data)
+		listed, err := archive.DecodeSegment(data)
 		if err != nil {
-			t.Fatalf("object %s is not a chunk: %v", key, err)
+			t.Fatalf("object %s is not a segment: %v", key, err)
 		}
-		if !strings.HasSuffix(key, "/"+padded(last)) {
-			t.Fatalf("chunk %s holds entries %d..%d", key, first, last)
+		for _, c := range listed {
+			if _, err := archive.PackedChunkBytes(c, data[c.Offset:c.Offset+c.Length]); err != nil {
+				t.Fatalf("segment %s: %v", key, err)
+			}
+			entries[c.Key] += int(c.Last - c.First + 1)
 		}
-		entries[rel[:strings.LastIndexByte(rel, '/')]] += int(last - first + 1)
 	}
 	if len(entries) != opts.Invocations {
 		t.Fatalf("the bucket holds chunks of %d agents, want all %d invocations: %q", len(entries), opts.Invocations, keys)
 	}
-	t.Logf("%d chunk objects of %d agents in s3://%s/%s", len(keys), len(entries), bucket, prefix)
+	if len(keys) >= len(entries) {
+		t.Fatalf("%d objects for %d agents: the chunks were not packed", len(keys), len(entries))
+	}
+	t.Logf("%d segments of %d agents in s3://%s/%s", len(keys), len(entries), bucket, prefix)
 }
-
-func padded(i oplog.Index) string { return fmt.Sprintf("%020d", i) }
 
 func deleteAll(t *testing.T, client *s3.Client, bucket string, keys []string) {
 	ctx, cancel := testenv.Context()
