@@ -43,7 +43,7 @@ type hop struct {
 	// targetLast, when set, is the target's last index read by the caller after this batch was read
 	// (a batch drain reads them for many hops in one call): step 2 uses it instead of reading it.
 	targetLast *Index
-	step  Step
+	step       Step
 
 	// The pass under way: a hop makes passes over the source until one ends without a conflict.
 	next     Index // the pass's next read starts here; past last, the pass is over
