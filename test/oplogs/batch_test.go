@@ -128,43 +128,45 @@ func TestOplog_BatchDrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
 		if b.Name != "memory" {
 			testenv.SkipUnlessLong(t, "the crash windows of batch drains on engines other than memory")
 		}
-		in, l := injectedLayers(t, b)
-		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
-		for _, mode := range oplog.Modes {
-			probe := writeBatch(t, l, mode, "probe", fixed)
-			drain := batchDrain(t, l, mode, probe)
-			in.Count()
-			if res, err := drain(); err != nil || errors.Join(errs(res)...) != nil {
-				t.Fatalf("clean batch drain: %v %v", err, errs(res))
-			}
-			calls, _ := in.Calls()
-			t.Logf("%s: a clean batch drain of %d agents makes %d storage calls", mode, len(probe), calls)
-			for k := 1; k <= calls; k++ {
-				for _, when := range []faults.When{faults.Before, faults.After} {
-					agents := writeBatch(t, l, mode, fmt.Sprintf("crash-%d-%s", k, when), fixed)
-					drain := batchDrain(t, l, mode, agents)
-					in.Arm(k, when)
-					res, err := drain()
-					in.Count()
-					injected := errors.Is(err, faults.ErrInjected)
-					for i, e := range errs(res) {
-						if e != nil && !errors.Is(e, faults.ErrInjected) {
-							t.Fatalf("call %d (%s): %s failed with %v, not the injected fault", k, when, agents[i], e)
+		oplogtest.EachBlobKind(t, crashBlobKinds(b), func(t *testing.T, k oplogtest.BlobKind) {
+			in, l := injectedLayers(t, b, k)
+			fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+			for _, mode := range oplog.Modes {
+				probe := writeBatch(t, l, mode, "probe", fixed)
+				drain := batchDrain(t, l, mode, probe)
+				in.Count()
+				if res, err := drain(); err != nil || errors.Join(errs(res)...) != nil {
+					t.Fatalf("clean batch drain: %v %v", err, errs(res))
+				}
+				calls, _ := in.Calls()
+				t.Logf("%s: a clean batch drain of %d agents makes %d storage calls", mode, len(probe), calls)
+				for k := 1; k <= calls; k++ {
+					for _, when := range []faults.When{faults.Before, faults.After} {
+						agents := writeBatch(t, l, mode, fmt.Sprintf("crash-%d-%s", k, when), fixed)
+						drain := batchDrain(t, l, mode, agents)
+						in.Arm(k, when)
+						res, err := drain()
+						in.Count()
+						injected := errors.Is(err, faults.ErrInjected)
+						for i, e := range errs(res) {
+							if e != nil && !errors.Is(e, faults.ErrInjected) {
+								t.Fatalf("call %d (%s): %s failed with %v, not the injected fault", k, when, agents[i], e)
+							}
+							injected = injected || e != nil
 						}
-						injected = injected || e != nil
-					}
-					if !injected {
-						t.Fatalf("call %d (%s): the batch drain returned no injected fault", k, when)
-					}
-					for i, a := range agents {
-						l.RequireExact(t, a, mode, batchSizes[i])
-						l.Drain(t, a, mode)
-						l.RequireExact(t, a, mode, batchSizes[i])
-						l.RequireDrained(t, a, mode, batchSizes[i])
+						if !injected {
+							t.Fatalf("call %d (%s): the batch drain returned no injected fault", k, when)
+						}
+						for i, a := range agents {
+							l.RequireExact(t, a, mode, batchSizes[i])
+							l.Drain(t, a, mode)
+							l.RequireExact(t, a, mode, batchSizes[i])
+							l.RequireDrained(t, a, mode, batchSizes[i])
+						}
 					}
 				}
 			}
-		}
+		})
 	})
 }
 

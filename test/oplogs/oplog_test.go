@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -77,13 +78,22 @@ func TestOplog_WritesAndReadsAcrossArchivesAndReopening(t *testing.T) {
 // A crash can stop a drain between any two storage calls. For every call k a clean drain makes, fail
 // the k-th (before it reaches the store, and after the store applied it): every entry must still read
 // back exactly once, and a re-run must converge to the drained state with nothing lost or doubled.
+// crashBlobKinds are the blob levels the every-call crash tests run over: the packed layout on a file
+// system and on S3 on every backend, and the chunk layout on memory storage.
+func crashBlobKinds(b backendtest.Backend) []oplogtest.BlobKind {
+	if b.Name == "memory" {
+		return append(slices.Clone(oplogtest.PackedBlobKinds), oplogtest.ChunksInMemory)
+	}
+	return oplogtest.PackedBlobKinds
+}
+
 // injectedLayers is a stack over b whose storage and blob calls go through one fault injector; the
 // layers' St and Blobs are the stores themselves, so the checks read them directly, uncounted.
-func injectedLayers(t *testing.T, b backendtest.Backend) (*faults.Injector, *oplogtest.Layers) {
+func injectedLayers(t *testing.T, b backendtest.Backend, k oplogtest.BlobKind) (*faults.Injector, *oplogtest.Layers) {
 	t.Helper()
 	in := &faults.Injector{}
-	base := oplogtest.NewLayers(t, b.Open(t), nil)
-	l := oplogtest.NewLayers(t, in.Storage(base.St), in.Blobs(base.Blobs))
+	base := oplogtest.NewLayersIn(t, b.Open(t), k.Open(t), k.Layout)
+	l := oplogtest.NewLayersIn(t, in.Storage(base.St), in.Blobs(base.Blobs), k.Layout)
 	l.St, l.Blobs = base.St, base.Blobs
 	return in, l
 }
@@ -94,33 +104,35 @@ func TestOplog_DrainInterruptedAtEveryStorageCallConverges(t *testing.T) {
 		if b.Name != "memory" {
 			testenv.SkipUnlessLong(t, "the crash windows on engines other than memory")
 		}
-		in, l := injectedLayers(t, b)
-		// The same chunking for every agent, so each makes the calls the probe counted.
-		fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
-		for _, mode := range oplog.Modes {
-			probe := oplogtest.AgentNamed("probe-" + string(mode))
-			l.Write(t, probe, mode, 1, n, fixed())
-			in.Count()
-			l.Drain(t, probe, mode)
-			calls, names := in.Calls()
-			t.Logf("%s: a clean drain makes %d storage calls: %s", mode, calls, strings.Join(names, ", "))
-			for k := 1; k <= calls; k++ {
-				for _, when := range []faults.When{faults.Before, faults.After} {
-					agent := oplogtest.AgentNamed(fmt.Sprintf("%s-crash-%d-%s", mode, k, when))
-					l.Write(t, agent, mode, 1, n, fixed())
-					in.Arm(k, when)
-					_, err := l.Stack.Drain(t.Context(), agent, mode)
-					in.Count()
-					if !errors.Is(err, faults.ErrInjected) {
-						t.Fatalf("call %d (%s): drain returned %v, want the injected fault", k, when, err)
+		oplogtest.EachBlobKind(t, crashBlobKinds(b), func(t *testing.T, k oplogtest.BlobKind) {
+			in, l := injectedLayers(t, b, k)
+			// The same chunking for every agent, so each makes the calls the probe counted.
+			fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+			for _, mode := range oplog.Modes {
+				probe := oplogtest.AgentNamed("probe-" + string(mode))
+				l.Write(t, probe, mode, 1, n, fixed())
+				in.Count()
+				l.Drain(t, probe, mode)
+				calls, names := in.Calls()
+				t.Logf("%s: a clean drain makes %d storage calls: %s", mode, calls, strings.Join(names, ", "))
+				for k := 1; k <= calls; k++ {
+					for _, when := range []faults.When{faults.Before, faults.After} {
+						agent := oplogtest.AgentNamed(fmt.Sprintf("%s-crash-%d-%s", mode, k, when))
+						l.Write(t, agent, mode, 1, n, fixed())
+						in.Arm(k, when)
+						_, err := l.Stack.Drain(t.Context(), agent, mode)
+						in.Count()
+						if !errors.Is(err, faults.ErrInjected) {
+							t.Fatalf("call %d (%s): drain returned %v, want the injected fault", k, when, err)
+						}
+						l.RequireExact(t, agent, mode, n)
+						l.Drain(t, agent, mode)
+						l.RequireExact(t, agent, mode, n)
+						l.RequireDrained(t, agent, mode, n)
 					}
-					l.RequireExact(t, agent, mode, n)
-					l.Drain(t, agent, mode)
-					l.RequireExact(t, agent, mode, n)
-					l.RequireDrained(t, agent, mode, n)
 				}
 			}
-		}
+		})
 	})
 }
 
