@@ -130,6 +130,11 @@ func TestBinary_ScanShowsWhatALayerHolds(t *testing.T) {
 	if code != 0 || !strings.Contains(out, agents[0].Key()+"  5000") || strings.Contains(out, agents[1].Key()) {
 		t.Fatalf("scan: exit %d\n%s", code, out)
 	}
+	// The blob layer enumerates its agents through its index: the drained one, with its last index.
+	code, out, _ = runBinary(t, nil, "scan", "--config", d.config, "--layer", "blob-0")
+	if code != 0 || !strings.Contains(out, agents[1].Key()+"  5000") || strings.Contains(out, agents[0].Key()) {
+		t.Fatalf("scan --layer blob-0: exit %d\n%s", code, out)
+	}
 	code, out, errOut := runBinary(t, nil, "scan", "--config", d.config, "--layer", "nosuch")
 	if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, `no layer "nosuch"; the stack has primary, compressed-1, blob-0`) {
 		t.Fatalf("scan --layer nosuch: exit %d\n%s%s", code, out, errOut)
