@@ -7,9 +7,12 @@ package s3local
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/johannesboyne/gofakes3"
@@ -18,7 +21,8 @@ import (
 
 // Server is a running S3-protocol server.
 type Server struct {
-	backend *s3mem.Backend
+	requests requestCounts
+	backend  *s3mem.Backend
 	srv     *http.Server
 	ln      net.Listener
 	done    chan error
@@ -57,8 +61,8 @@ func Start(addr string, autoBucket bool, buckets ...string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3local: %w", err)
 	}
-	s := &Server{backend: backend, ln: ln, done: make(chan error, 1),
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
+	s := &Server{backend: backend, ln: ln, done: make(chan error, 1)}
+	s.srv = &http.Server{Handler: s.requests.counting(h), ReadHeaderTimeout: 30 * time.Second}
 	go func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -100,3 +104,41 @@ func (s *Server) Wait() error { return <-s.done }
 
 // Close stops the server.
 func (s *Server) Close() error { return s.srv.Close() }
+
+// Requests returns how many requests of each kind the server has answered: "PUT" (an object upload),
+// "GET" (an object read, whole or ranged), "LIST" (a GET of a bucket), "HEAD", "DELETE", "POST" and
+// "OTHER". A benchmark counts what reached the server this way, not what a client says it sent.
+func (s *Server) Requests() map[string]int64 { return s.requests.snapshot() }
+
+type requestCounts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (c *requestCounts) counting(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := r.Method
+		// Path style: /bucket or /bucket/ is the bucket, /bucket/key an object.
+		if _, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/"); r.Method == http.MethodGet && key == "" {
+			kind = "LIST"
+		}
+		switch kind {
+		case "LIST", http.MethodGet, http.MethodPut, http.MethodHead, http.MethodDelete, http.MethodPost:
+		default:
+			kind = "OTHER"
+		}
+		c.mu.Lock()
+		if c.n == nil {
+			c.n = map[string]int64{}
+		}
+		c.n[kind]++
+		c.mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (c *requestCounts) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
