@@ -35,7 +35,7 @@ func (a *app) migrateCommand() *cobra.Command {
 		Use:   "migrate COMMAND",
 		Short: "The stores' schema versions and pending migrations (status); apply them (up)",
 		Long:  migrateLong,
-	}, a.migrateStatusCommand(), a.migrateUpCommand())
+	}, a.migrateStatusCommand(), a.migrateUpCommand(), a.migrateBlobsCommand())
 }
 
 func (a *app) migrateStatusCommand() *cobra.Command {

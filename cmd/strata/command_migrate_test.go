@@ -10,7 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stratalog/strata/archive"
+	"github.com/stratalog/strata/backends"
 	"github.com/stratalog/strata/internal/testenv"
+	"github.com/stratalog/strata/oplog"
 )
 
 // migrationLine is one line of migrate status --json.
@@ -173,5 +176,60 @@ func TestMigrate_OnPostgres(t *testing.T) {
 		if !l.Exists || l.Version != l.Latest || len(l.Pending) != 0 {
 			t.Fatalf("after up: %+v", l)
 		}
+	}
+}
+
+// migrate blobs packs a chunk-layout store: every agent reads back through the packed layout, no chunk
+// blob is left, and a second run finds nothing to do.
+func TestMigrateBlobs_PacksAChunkLayoutStore(t *testing.T) {
+	dir := t.TempDir()
+	storageURL, blobURL := "sqlite://"+filepath.Join(dir, "strata.db"), "fs://"+filepath.Join(dir, "blobs")
+	ctx := t.Context()
+	blobs, err := backends.OpenBlob(ctx, blobURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blobs.Close()
+	chunks, _ := archive.NewBlob(blobs, 0)
+	var agents []oplog.AgentID
+	for i := range 20 {
+		a := oplog.AgentID{Component: "shop", Name: fmt.Sprint("cart/", i)}
+		es := make([]oplog.Entry, 3+i)
+		for j := range es {
+			es[j] = oplog.Entry{Index: oplog.Index(j + 1), Payload: fmt.Appendf(nil, "%s #%d", a, j+1)}
+		}
+		if err := chunks.Append(ctx, a, oplog.Ephemeral, es); err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, a)
+	}
+	code, out, errOut := runIn("migrate", "blobs", "--storage-url", storageURL, "--blob-url", blobURL)
+	if code != 0 || !strings.Contains(out, "ephemeral: 20 agents packed") {
+		t.Fatalf("migrate blobs: exit %d\n%s%s", code, out, errOut)
+	}
+	st, err := backends.Open(ctx, storageURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	packed, _ := archive.NewPacked(st, blobs, 0, nil)
+	for i, a := range agents {
+		got, err := packed.Read(ctx, a, oplog.Ephemeral, 1, 1000, oplog.ChunkLimit)
+		if err != nil || len(got) != 3+i || string(got[len(got)-1].Payload) != fmt.Sprintf("%s #%d", a, 3+i) {
+			t.Fatalf("%s after the migration: %d entries, %v", a, len(got), err)
+		}
+	}
+	paths, _ := blobs.List(ctx, "")
+	for _, p := range paths {
+		if !strings.Contains(p, "/segments/") {
+			t.Fatalf("chunk blob %s left", p)
+		}
+	}
+	code, out, errOut = runIn("migrate", "blobs", "--storage-url", storageURL, "--blob-url", blobURL, "--json")
+	if code != 0 || !strings.Contains(out, `"mode":"ephemeral","agents":0`) {
+		t.Fatalf("second run: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runIn("migrate", "blobs", "--storage-url", storageURL, "--blob-url", blobURL, "--agent", "nocolon"); code != 2 {
+		t.Fatalf("--agent without a colon: exit %d, want 2\n%s", code, errOut)
 	}
 }
