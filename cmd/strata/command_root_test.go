@@ -66,7 +66,7 @@ func TestUsageErrors_ExitTwoWithOneMessage(t *testing.T) {
 		{[]string{"bench"}, "bench needs a command: chaos"},
 		{[]string{"bench", "nosuch"}, `unknown bench command "nosuch"`},
 		{[]string{"bench", "chaos", "--scenarios", "C"}, `--scenarios "C": want A, B or AB`},
-		{[]string{"migrate"}, "migrate needs a command: status, up"},
+		{[]string{"migrate"}, "migrate needs a command: blobs, status, up"},
 		{[]string{"migrate", "bogus"}, `unknown migrate command "bogus"`},
 		{[]string{"migrate", "status", "extra"}, "migrate status takes no arguments"},
 		{[]string{"migrate", "status", "--blob-url", "fs:x"}, "unknown flag: --blob-url"},
