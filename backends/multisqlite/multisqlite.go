@@ -137,6 +137,7 @@ var (
 	_ is.ClosestLastReader = (*Store)(nil)
 	_ is.BatchReader       = (*Store)(nil)
 	_ is.BatchDropper      = (*Store)(nil)
+	_ is.BatchAppender     = (*Store)(nil)
 )
 
 // Stats is a snapshot of a Store's counters.
@@ -573,6 +574,34 @@ func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) 
 		if out[i].Err != nil {
 			out[i].Dropped = 0 // as the per-key fallback: a failed part counts nothing
 		}
+	})
+	return out, nil
+}
+
+// AppendKeys is AppendMany of each key, a few files at once (is.BatchAppender): each key's part is
+// its own file's transaction, created if needed and committed under its directory's shared lock as
+// AppendMany's is. One key's failure (a conflict, a file that cannot be opened or read) is its own.
+func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	const op = is.OpAppendKeys
+	if err := is.ValidateAppendKeys(ns, reqs); err != nil {
+		return nil, fail(op, ns, "", err)
+	}
+	if s.closed.Load() {
+		return nil, fail(op, ns, "", is.ErrClosed)
+	}
+	if s.readOnly {
+		return nil, fail(op, ns, "", fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
+	}
+	out := make([]error, len(reqs))
+	eachKey(len(reqs), func(i int) {
+		if len(reqs[i].Entries) == 0 {
+			return // AppendMany of nothing touches nothing: no file is opened or made
+		}
+		if err := untried(ctx); err != nil {
+			out[i] = fail(op, ns, reqs[i].Key, err)
+			return
+		}
+		out[i] = s.appendEntries(ctx, op, ns, reqs[i].Key, reqs[i].Entries)
 	})
 	return out, nil
 }

@@ -62,6 +62,9 @@ func TestReadOnly_LeavesTheDirectoryAsItWas(t *testing.T) {
 	if err := st.Delete(t.Context(), testNS, live[0]); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("Delete through a read-only store: %v, want ErrInvalidArgument", err)
 	}
+	if _, err := st.AppendKeys(t.Context(), testNS, []is.KeyEntries{{Key: "agent:new", Entries: []is.Entry{{ID: 1}}}}); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("AppendKeys through a read-only store: %v, want ErrInvalidArgument", err)
+	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // time. A round always takes its first key that fits dropBatch, so every round makes progress.
 const dropManyRows = 4 * dropBatch
 
-// prepareBatchSQL writes the statements of ClosestLastMany and DropPrefixMany.
+// prepareBatchSQL writes the statements of ClosestLastMany, DropPrefixMany and AppendKeys.
 func (s *engine) prepareBatchSQL() {
 	t := s.table
 	// $1 namespace, $2 the keys, $3 the ids (NULL: above is.MaxID, where no entry can be). One statement,
@@ -67,6 +67,25 @@ func (s *engine) prepareBatchSQL() {
 	FROM req LEFT JOIN chosen ON chosen.ord = req.ord
 	LEFT JOIN (SELECT dropped.ord, count(*) AS n FROM dropped GROUP BY dropped.ord) AS d ON d.ord = req.ord
 	ORDER BY req.ord`
+	// $1 namespace, $2 the keys, $3 each key's first id, $4 the entries' ids, $5 their values, $6 the
+	// ordinal (1-based, into $2) of the key each entry belongs to. Run after sqlLockMany in the same
+	// transaction, so its snapshot is taken with every key's lock held: req reads each key's last id
+	// (a backward seek of the primary key) as sqlAppend does, and the INSERT writes the entries of the
+	// keys whose first id is above it, each key's all or none. A row per key, in request order: ord,
+	// its last id before the batch (NULL: none); the caller calls a key whose last id is not below its
+	// first id a conflict, as AppendMany does.
+	s.sqlAppendKeys = `WITH req AS MATERIALIZED (
+		SELECT r.ord, r.key, r.first, (SELECT max(i.id) FROM ` + t + ` AS i WHERE i.namespace = $1 AND i.key = r.key) AS last
+		FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, first, ord)
+	), inserted AS (
+		INSERT INTO ` + t + ` (namespace, key, id, value)
+		SELECT $1, req.key, e.id, e.value
+		FROM unnest($4::bigint[], $5::bytea[], $6::bigint[]) AS e(id, value, ord)
+		JOIN req ON req.ord = e.ord
+		WHERE req.last IS NULL OR req.last < req.first
+		RETURNING 1
+	)
+	SELECT req.ord, req.last FROM req ORDER BY req.ord`
 }
 
 // ClosestLastMany is one statement for the whole batch (is.BatchReader): one round trip, one snapshot.
@@ -224,4 +243,86 @@ func (s *engine) dropRound(ctx context.Context, ns string, reqs []is.KeyID, pend
 		}
 	}
 	return deferred, large, nil
+}
+
+// AppendKeys appends the entries of a batch of keys in one round trip and one transaction
+// (is.BatchAppender): sqlLockMany takes the lock of every key with entries, in the order of the locks'
+// ids as DropPrefixMany does (two batches never deadlock, nor a batch and a drop), then sqlAppendKeys
+// reads each key's last id and inserts, with a snapshot taken under the locks. Each key's part is
+// AppendMany's: its conflict check and insert are one step under the index's lock, all of its entries
+// or none, and a key whose first id is not above its last id fails alone with ErrConflict naming that
+// id. The call's error means the transaction failed: no key's entries were written.
+func (s *engine) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	const op = is.OpAppendKeys
+	if err := s.startWrite(op, ns, "", is.ValidateAppendKeys(ns, reqs)); err != nil {
+		return nil, err
+	}
+	out := make([]error, len(reqs))
+	var keys []string
+	var firsts []int64
+	var parts []int // the index into reqs of each key sent, in the order sent
+	var ids, ords []int64
+	var values [][]byte
+	for i, r := range reqs {
+		if len(r.Entries) == 0 {
+			continue // AppendMany of nothing touches nothing
+		}
+		parts = append(parts, i)
+		keys = append(keys, r.Key)
+		firsts = append(firsts, int64(r.Entries[0].ID))
+		for _, e := range r.Entries {
+			ids = append(ids, int64(e.ID))
+			values = append(values, orEmpty(e.Value))
+			ords = append(ords, int64(len(parts)))
+		}
+	}
+	if len(parts) == 0 {
+		return out, nil
+	}
+	// One implicit transaction: the batch's statements share one Sync, so one commit.
+	var b pgx.Batch
+	b.Queue(s.sqlLockMany, s.lockPrefix(ns), keys)
+	b.Queue(s.sqlAppendKeys, ns, keys, firsts, ids, values, ords)
+	br := s.pool.SendBatch(ctx, &b)
+	var locked int64
+	err := br.QueryRow().Scan(&locked)
+	if err == nil && locked != int64(len(keys)) {
+		err = fmt.Errorf("took %d locks for a batch of %d", locked, len(keys))
+	}
+	lasts := make([]*int64, 0, len(parts))
+	if err == nil {
+		var ord int64
+		var last *int64
+		rows, _ := br.Query()
+		_, err = pgx.ForEachRow(rows, []any{&ord, &last}, func() error {
+			if ord != int64(len(lasts)+1) {
+				return fmt.Errorf("row of request %d where %d was next", ord, len(lasts)+1)
+			}
+			lasts = append(lasts, last)
+			return nil
+		})
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil && len(lasts) != len(parts) {
+		err = fmt.Errorf("%d rows for a batch of %d", len(lasts), len(parts))
+	}
+	if err != nil {
+		return nil, s.fail(op, ns, "", err)
+	}
+	for j, i := range parts {
+		if last := lasts[j]; last != nil && *last >= firsts[j] {
+			out[i] = s.fail(op, ns, reqs[i].Key, fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, firsts[j], *last))
+		}
+	}
+	return out, nil
+}
+
+// orEmpty is a value as the table stores it: the column is NOT NULL, so a nil value is stored empty.
+func orEmpty(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
 }

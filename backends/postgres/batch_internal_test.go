@@ -36,12 +36,30 @@ func TestBatchSQL_SeeksThePrimaryKey(t *testing.T) {
 	for i := range keys {
 		keys[i], ids[i] = fmt.Sprint("k", i*150), int64(i%12)
 	}
+	// AppendKeys: an entry a key, above the key's last id half the time; each entry's key by ordinal.
+	firsts := make([]int64, len(keys))
+	ords := make([]int64, len(keys))
+	values := make([][]byte, len(keys))
+	for i := range keys {
+		firsts[i], ords[i], values[i] = 10+int64(i%2), int64(i+1), []byte{0}
+	}
+	// EXECUTE takes no parameters of the protocol: the values as literals.
+	idText, firstText, ordText := make([]string, len(ids)), make([]string, len(ids)), make([]string, len(ids))
+	for i, id := range ids {
+		idText[i], firstText[i], ordText[i] = fmt.Sprint(id), fmt.Sprint(firsts[i]), fmt.Sprint(ords[i])
+	}
+	keysAndIDs := fmt.Sprintf("'ns', '{%s}', '{%s}'", strings.Join(keys, ","), strings.Join(idText, ","))
 	for _, c := range []struct {
 		name, sql, types string
 		args             []any
+		literals         string
 	}{
-		{"ClosestLastMany", e.sqlClosestLastMany, "text, text[], bigint[]", []any{"ns", keys, ids}},
-		{"DropPrefixMany", e.sqlDropMany, "text, text[], bigint[], bigint, bigint", []any{"ns", keys, ids, dropBatch, dropManyRows}},
+		{"ClosestLastMany", e.sqlClosestLastMany, "text, text[], bigint[]", []any{"ns", keys, ids}, keysAndIDs},
+		{"DropPrefixMany", e.sqlDropMany, "text, text[], bigint[], bigint, bigint", []any{"ns", keys, ids, dropBatch, dropManyRows},
+			keysAndIDs + fmt.Sprintf(", %d, %d", dropBatch, dropManyRows)},
+		{"AppendKeys", e.sqlAppendKeys, "text, text[], bigint[], bigint[], bytea[], bigint[]", []any{"ns", keys, firsts, firsts, values, ords},
+			fmt.Sprintf("'ns', '{%s}', '{%[2]s}', '{%[2]s}', array_fill('\\x00'::bytea, ARRAY[%d]), '{%s}'",
+				strings.Join(keys, ","), strings.Join(firstText, ","), len(keys), strings.Join(ordText, ","))},
 	} {
 		// A connection of its own, for the prepared statement and the setting.
 		conn, err := pgx.Connect(ctx, url)
@@ -56,16 +74,7 @@ func TestBatchSQL_SeeksThePrimaryKey(t *testing.T) {
 		if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 			t.Fatal(err)
 		}
-		// EXECUTE takes no parameters of the protocol: the values as literals.
-		idText := make([]string, len(ids))
-		for i, id := range ids {
-			idText[i] = fmt.Sprint(id)
-		}
-		params := fmt.Sprintf("'ns', '{%s}', '{%s}'", strings.Join(keys, ","), strings.Join(idText, ","))
-		if len(c.args) == 5 {
-			params += fmt.Sprintf(", %d, %d", dropBatch, dropManyRows)
-		}
-		generic := explain(t, conn, "EXPLAIN (COSTS OFF) EXECUTE batch_plan_"+c.name+" ("+params+")")
+		generic := explain(t, conn, "EXPLAIN (COSTS OFF) EXECUTE batch_plan_"+c.name+" ("+c.literals+")")
 		for kind, plan := range map[string]string{"custom": custom, "generic": generic} {
 			if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "index_storage_pkey") {
 				t.Errorf("%s, %s plan: want index scans of the primary key and no Seq Scan:\n%s", c.name, kind, plan)

@@ -73,13 +73,14 @@ type engine struct {
 	sqlPage, sqlWalk [2][2]string
 	sqlScan          [2]string
 	// The batch operations' statements (batch.go).
-	sqlClosestLastMany, sqlLockMany, sqlDropMany string
+	sqlClosestLastMany, sqlLockMany, sqlDropMany, sqlAppendKeys string
 }
 
 var (
-	_ is.Storage      = (*engine)(nil)
-	_ is.BatchReader  = (*engine)(nil)
-	_ is.BatchDropper = (*engine)(nil)
+	_ is.Storage       = (*engine)(nil)
+	_ is.BatchReader   = (*engine)(nil)
+	_ is.BatchDropper  = (*engine)(nil)
+	_ is.BatchAppender = (*engine)(nil)
 )
 
 func newEngine(ctx context.Context, poolConfig *pgxpool.Config, schema string) (*engine, error) {

@@ -196,3 +196,9 @@ func (s *Store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID)
 func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
 	return s.limiter.DropPrefixMany(ctx, ns, reqs)
 }
+
+// AppendKeys is one operation and one limiter slot for the whole batch, one round trip and one
+// transaction (indexedstorage.BatchAppender).
+func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	return s.limiter.AppendKeys(ctx, ns, reqs)
+}

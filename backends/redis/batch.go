@@ -11,8 +11,8 @@ import (
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
-// The batch operations (is.BatchReader, is.BatchDropper) run the per-key scripts' Lua functions over
-// many indexes in one script, and send the scripts of a batch in one pipeline:
+// The batch operations (is.BatchReader, is.BatchDropper, is.BatchAppender) run the per-key scripts'
+// Lua functions over many indexes in one script, and send the scripts of a batch in one pipeline:
 //
 //   - On a cluster (or a ring) the keys are grouped by their tag (ns|T, so by hash slot): one script a
 //     tag, and go-redis sends each node's scripts to it in parallel, in one round trip each.
@@ -26,8 +26,9 @@ import (
 // goes on with the next key. Every rule of the per-key scripts holds per key, because it is their code.
 
 var (
-	_ is.BatchReader  = (*Store)(nil)
-	_ is.BatchDropper = (*Store)(nil)
+	_ is.BatchReader   = (*Store)(nil)
+	_ is.BatchDropper  = (*Store)(nil)
+	_ is.BatchAppender = (*Store)(nil)
 )
 
 // maxScriptKeys is the most indexes one batch script visits.
@@ -61,6 +62,22 @@ local out = {}
 for i = 1, #KEYS / 2 do
   local ok, r = pcall(drop_prefix, KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i])
   if ok then out[i] = r else out[i] = failed(r) end
+end
+return out
+`)
+
+// appendKeysScript is append_entries of each index. KEYS: an index and its index set, for each index;
+// ARGV, for each index in the same order: how many arguments of its follow (n), then its key and its
+// score/member pairs, as appendScript's ARGV. Its reply has one element an index: the number of
+// entries appended, or an error reply (a conflict, as appendScript's).
+var appendKeysScript = goredis.NewScript(appendLua + failedLua + `
+local out = {}
+local at = 1
+for i = 1, #KEYS / 2 do
+  local n = tonumber(ARGV[at])
+  local ok, r = pcall(append_entries, KEYS[2 * i - 1], KEYS[2 * i], ARGV[at + 1], ARGV, at + 2, at + n)
+  if ok then out[i] = r else out[i] = failed(r) end
+  at = at + n + 1
 end
 return out
 `)
@@ -133,6 +150,44 @@ func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) 
 	return out, nil
 }
 
+// AppendKeys is one pipeline of scripts: one script on one node, one a hash slot on a cluster
+// (is.BatchAppender). Each key's part is AppendMany's script, run as a function under pcall: all or
+// nothing on its index, a conflict (naming the index's last id) or a key of the wrong type failing
+// that key alone. With WaitReplicas set, each node's pipeline ends with WAIT, as DropPrefixMany's.
+func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	const op = is.OpAppendKeys
+	if err := is.ValidateAppendKeys(ns, reqs); err != nil {
+		return nil, fail(op, ns, "", err)
+	}
+	if s.closed.Load() {
+		return nil, fail(op, ns, "", is.ErrClosed)
+	}
+	// AppendMany of nothing touches nothing.
+	skip := func(r is.KeyEntries) bool { return len(r.Entries) == 0 }
+	groups := groupBatch(s.sharded, reqs, func(r is.KeyEntries) string { return r.Key }, skip, func(g *batchGroup, r is.KeyEntries) {
+		data, set := s.keys(ns, r.Key)
+		g.keys = append(g.keys, data, set)
+		g.args = append(g.args, 1+2*len(r.Entries))
+		g.args = appendMembers(g.args, r.Key, r.Entries)
+	})
+	if len(groups) > 0 && s.readOnly {
+		return nil, fail(op, ns, "", fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
+	}
+	out := make([]error, len(reqs))
+	err := s.runBatch(ctx, appendKeysScript, groups, true,
+		func(i int, v any) error {
+			if n, ok := v.(int64); !ok || n != int64(len(reqs[i].Entries)) {
+				return fmt.Errorf("script returned %v (%T) for the index's append of %d entries", v, v, len(reqs[i].Entries))
+			}
+			return nil
+		},
+		func(i int, err error) { out[i] = fail(op, ns, reqs[i].Key, appendFailure(err, reqs[i].Entries[0].ID)) })
+	if err != nil {
+		return nil, fail(op, ns, "", err)
+	}
+	return out, nil
+}
+
 // beginBatch validates a batch's arguments and checks the Store is open; its error names no key.
 func (s *Store) beginBatch(op is.Operation, ns string, reqs []is.KeyID) error {
 	if err := is.ValidateBatchKeys(ns, reqs); err != nil {
@@ -169,6 +224,12 @@ func (g *batchGroup) failed() error {
 // maxScriptKeys keys a group. A key skip reports is in no group. add appends a key's KEYS and ARGV to
 // its group.
 func (s *Store) batchGroups(reqs []is.KeyID, skip func(is.KeyID) bool, add func(*batchGroup, is.KeyID)) []*batchGroup {
+	return groupBatch(s.sharded, reqs, func(r is.KeyID) string { return r.Key }, skip, add)
+}
+
+// groupBatch is batchGroups over the parts of any batch, key naming each part's key; sharded groups by
+// tag.
+func groupBatch[R any](sharded bool, reqs []R, key func(R) string, skip func(R) bool, add func(*batchGroup, R)) []*batchGroup {
 	var groups []*batchGroup
 	open := map[string]*batchGroup{}
 	for i, r := range reqs {
@@ -176,8 +237,8 @@ func (s *Store) batchGroups(reqs []is.KeyID, skip func(is.KeyID) bool, add func(
 			continue
 		}
 		tag := ""
-		if s.sharded {
-			tag = tagID(r.Key)
+		if sharded {
+			tag = tagID(key(r))
 		}
 		g := open[tag]
 		if g == nil || len(g.parts) == maxScriptKeys {

@@ -49,6 +49,9 @@ func TestOpenExisting_ReadsTheLayoutNeverWritesIt(t *testing.T) {
 		if _, err := st.DropPrefixMany(ctx, ns, []is.KeyID{{Key: key, ID: 1}}); !errors.Is(err, is.ErrInvalidArgument) {
 			t.Fatalf("DropPrefixMany through OpenExisting: %v, want ErrInvalidArgument", err)
 		}
+		if _, err := st.AppendKeys(ctx, ns, []is.KeyEntries{{Key: key, Entries: []is.Entry{{ID: 2}}}}); !errors.Is(err, is.ErrInvalidArgument) {
+			t.Fatalf("AppendKeys through OpenExisting: %v, want ErrInvalidArgument", err)
+		}
 		if r, err := st.ClosestLastMany(ctx, ns, []is.KeyID{{Key: key, ID: 1}}); err != nil || len(r) != 1 || r[0].Last != 1 {
 			t.Fatalf("ClosestLastMany through OpenExisting: %+v %v", r, err)
 		}

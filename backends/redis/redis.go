@@ -20,10 +20,10 @@
 //     set it empties), ZREM from the index set. An Append above the bound is before or after it,
 //     never lost.
 //   - Delete is one script: UNLINK and ZREM.
-//   - ClosestLastMany and DropPrefixMany (is.BatchReader, is.BatchDropper) call the per-key scripts'
-//     Lua functions over many indexes in one script, each key under pcall so that a key of the wrong
-//     type fails alone: one script on one node, one a hash tag (so a slot) on a cluster, all in one
-//     pipeline (batch.go).
+//   - ClosestLastMany, DropPrefixMany and AppendKeys (is.BatchReader, is.BatchDropper,
+//     is.BatchAppender) call the per-key scripts' Lua functions over many indexes in one script, each
+//     key under pcall so that a key of the wrong type fails alone: one script on one node, one a hash
+//     tag (so a slot) on a cluster, all in one pipeline (batch.go).
 //   - ScanStable walks the index sets of the buckets the range meets (is.RangeBuckets), in bucket
 //     order, and the namespace's unbucketed set beside them, merging the two: every key once, in
 //     ascending byte order, resumed by the last key handed back (ZRANGEBYLEX seeks there), so the
@@ -216,21 +216,26 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 // (about 8000 values); the script as a whole is atomic, and nothing in it can fail after the check,
 // so a batch is written entirely or not at all, with its listing. A conflict is an error reply
 // carrying the index's last id in hex.
-var appendScript = goredis.NewScript(`
-local key = KEYS[1]
-if redis.call('ZLEXCOUNT', key, '[' .. string.sub(ARGV[3], 1, 8), '+') > 0 then
-  local last = redis.call('ZRANGE', key, -1, -1)[1]
-  local hex = ''
-  for i = 1, 8 do hex = hex .. string.format('%02x', string.byte(last, i) or 0) end
-  return redis.error_reply('` + conflictCode + ` ' .. hex)
+var appendScript = goredis.NewScript(appendLua + `return append_entries(KEYS[1], KEYS[2], ARGV[1], ARGV, 2, #ARGV)`)
+
+// appendLua is the append as a Lua function of the index, its index set, the index key and the
+// score/member pairs args[from..to], which appendScript and the batch append (appendKeysScript) both
+// call. It is docs/redis.md's Append script, the same commands in the same order.
+const appendLua = `
+local function append_entries(key, set, member, args, from, to)
+  if redis.call('ZLEXCOUNT', key, '[' .. string.sub(args[from + 1], 1, 8), '+') > 0 then
+    local last = redis.call('ZRANGE', key, -1, -1)[1]
+    local hex = ''
+    for i = 1, 8 do hex = hex .. string.format('%02x', string.byte(last, i) or 0) end
+    return redis.error_reply('` + conflictCode + ` ' .. hex)
+  end
+  for i = from, to, 4000 do
+    redis.call('ZADD', key, unpack(args, i, math.min(i + 3999, to)))
+  end
+  redis.call('ZADD', set, 'NX', 0, member)
+  return (to - from + 1) / 2
 end
-local n = #ARGV
-for i = 2, n, 4000 do
-  redis.call('ZADD', key, unpack(ARGV, i, math.min(i + 3999, n)))
-end
-redis.call('ZADD', KEYS[2], 'NX', 0, ARGV[1])
-return (n - 1) / 2
-`)
+`
 
 func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
 	if err := s.begin(op, ns, key); err != nil {
@@ -242,13 +247,23 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 	if len(entries) == 0 {
 		return nil
 	}
-	// One buffer for every member; each member is its own full slice of it.
+	data, set := s.keys(ns, key)
+	args := appendMembers(make([]any, 0, 1+2*len(entries)), key, entries)
+	if err := s.write(ctx, appendScript, data, set, args); err != nil {
+		return fail(op, ns, key, appendFailure(err, entries[0].ID))
+	}
+	return nil
+}
+
+// appendMembers appends to args what appendLua takes of an index: its key (the index set's member),
+// then "0" and each entry's member, id‖value. One buffer holds every member; each member is its own
+// full slice of it.
+func appendMembers(args []any, key string, entries []is.Entry) []any {
 	size := 0
 	for _, e := range entries {
 		size += idLen + len(e.Value)
 	}
 	buf := make([]byte, 0, size)
-	args := make([]any, 0, 1+2*len(entries))
 	args = append(args, key)
 	for _, e := range entries {
 		start := len(buf)
@@ -256,14 +271,16 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 		buf = append(buf, e.Value...)
 		args = append(args, "0", buf[start:len(buf):len(buf)])
 	}
-	data, set := s.keys(ns, key)
-	if err := s.write(ctx, appendScript, data, set, args); err != nil {
-		if last, ok := conflictLast(err); ok {
-			err = fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, entries[0].ID, last)
-		}
-		return fail(op, ns, key, err)
+	return args
+}
+
+// appendFailure is an append's error: a conflict reply becomes ErrConflict naming the refused first id
+// and the index's last id.
+func appendFailure(err error, first uint64) error {
+	if last, ok := conflictLast(err); ok {
+		return fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, first, last)
 	}
-	return nil
+	return err
 }
 
 // dropScript removes the entries up to a bound and, if that emptied the index, its listing. KEYS: the

@@ -391,6 +391,13 @@ func TestWrongTypeKey_CarriesRedisReply(t *testing.T) {
 			}
 			return r[0].Err
 		},
+		is.OpAppendKeys: func() error {
+			r, err := st.AppendKeys(ctx, ns, []is.KeyEntries{{Key: "wrong", Entries: []is.Entry{{ID: 2}}}})
+			if err != nil {
+				return err
+			}
+			return r[0]
+		},
 	} {
 		var reply goredis.Error
 		if err := call(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !errors.As(err, &reply) {

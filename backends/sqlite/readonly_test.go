@@ -115,6 +115,9 @@ func TestReadOnly_AClosedDatabaseIsReadAndLeftAsItWas(t *testing.T) {
 	if err := ro.Delete(t.Context(), roNamespaces[0], is.BucketPrefix(0)+"c:agent-0"); !errors.Is(err, is.ErrInvalidArgument) {
 		t.Fatalf("Delete through a read-only store: %v, want ErrInvalidArgument", err)
 	}
+	if _, err := ro.AppendKeys(t.Context(), roNamespaces[0], []is.KeyEntries{{Key: "new", Entries: []is.Entry{{ID: 1}}}}); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("AppendKeys through a read-only store: %v, want ErrInvalidArgument", err)
+	}
 	if during := testenv.FileDigests(t, dir); !maps.Equal(before, during) {
 		t.Fatalf("while open read-only: %v, want %v", during, before)
 	}

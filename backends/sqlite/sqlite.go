@@ -72,6 +72,7 @@ var (
 	_ is.DeepScanner       = (*Store)(nil)
 	_ is.BatchReader       = (*Store)(nil)
 	_ is.BatchDropper      = (*Store)(nil)
+	_ is.BatchAppender     = (*Store)(nil)
 )
 
 // SchemaVersion is the user_version this build writes and reads.
@@ -268,6 +269,29 @@ func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) 
 	for i := range out {
 		if out[i].Err != nil {
 			out[i] = is.DropResult{Err: s.fail(is.OpDropPrefixMany, ns, reqs[i].Key, out[i].Err)}
+		}
+	}
+	return out, nil
+}
+
+// AppendKeys appends every key's entries in one write transaction and one commit (is.BatchAppender):
+// each key's part is AppendMany's check and insert under the file's write lock, all or nothing on its
+// index; a key's conflict or unreadable rows fail that key alone.
+func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	const op = is.OpAppendKeys
+	if err := is.ValidateAppendKeys(ns, reqs); err != nil {
+		return nil, s.fail(op, ns, "", err)
+	}
+	if s.eng.Closed() {
+		return nil, s.fail(op, ns, "", is.ErrClosed)
+	}
+	out, err := s.eng.AppendKeys(ctx, ns, reqs)
+	if err != nil {
+		return nil, s.fail(op, ns, "", err)
+	}
+	for i := range out {
+		if out[i] != nil {
+			out[i] = s.fail(op, ns, reqs[i].Key, out[i])
 		}
 	}
 	return out, nil

@@ -434,6 +434,8 @@ func (f *fixture) callEverything(ns, key, prefix string) map[string]error {
 	errs["ClosestLastMany"] = batchErr(err, len(reads), func(i int) error { return reads[i].Err })
 	drops, err := is.DropPrefixMany(ctx, f.st, ns, reqs)
 	errs["DropPrefixMany"] = batchErr(err, len(drops), func(i int) error { return drops[i].Err })
+	appended, err := is.AppendKeys(ctx, f.st, ns, []is.KeyEntries{{Key: key, Entries: entries(key, 103)}})
+	errs["AppendKeys"] = batchErr(err, len(appended), func(i int) error { return appended[i] })
 	_, _, errs["Scan"] = f.st.Scan(ctx, ns, prefix, 0, 10)
 	_, errs["ScanStable"] = f.st.ScanStable(ctx, ns, is.PrefixRange(prefix), is.Resume{}, 10)
 	return errs

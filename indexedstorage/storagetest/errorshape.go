@@ -67,7 +67,7 @@ var indexCalls = []call{
 }
 
 // batchCalls are the batch operations, each of one key, on a backend that has them (is.BatchReader,
-// is.BatchDropper): their call's own errors name the namespace and no key (a key's own failure is its
+// is.BatchDropper, is.BatchAppender): their call's own errors name the namespace and no key (a key's own failure is its
 // part's Err, named by its key: the poisoned checks see to those).
 var batchCalls = []call{
 	{is.OpClosestLastMany, func(ctx context.Context, st is.Storage, ns, key string) error {
@@ -76,6 +76,10 @@ var batchCalls = []call{
 	}},
 	{is.OpDropPrefixMany, func(ctx context.Context, st is.Storage, ns, key string) error {
 		_, err := st.(is.BatchDropper).DropPrefixMany(ctx, ns, []is.KeyID{{Key: key, ID: 1}})
+		return err
+	}},
+	{is.OpAppendKeys, func(ctx context.Context, st is.Storage, ns, key string) error {
+		_, err := st.(is.BatchAppender).AppendKeys(ctx, ns, []is.KeyEntries{{Key: key, Entries: []is.Entry{{ID: 9}}}})
 		return err
 	}},
 }
@@ -110,6 +114,17 @@ func testErrorShape(t *testing.T, h Harness) {
 		}
 		requireOpError(t, is.OpAppendMany, ns, key, is.ErrConflict,
 			f.st.AppendMany(f.ctx, ns, key, []is.Entry{{ID: 5}, {ID: 8}}))
+		if b, ok := f.st.(is.BatchAppender); ok {
+			// A batch's conflict is its key's part, named by that key and the index's last id.
+			errs, err := b.AppendKeys(f.ctx, ns, []is.KeyEntries{{Key: "fresh", Entries: []is.Entry{{ID: 1}}}, {Key: key, Entries: []is.Entry{{ID: 5}}}})
+			if err != nil || len(errs) != 2 || errs[0] != nil {
+				t.Fatalf("AppendKeys of a fresh key and a conflicting one: %v, %v; want the second part's conflict only", errs, err)
+			}
+			requireOpError(t, is.OpAppendKeys, ns, key, is.ErrConflict, errs[1])
+			if !strings.Contains(errs[1].Error(), strconv.FormatUint(last, 10)) {
+				t.Errorf("batch conflict %q does not name the index's last id %d", errs[1], last)
+			}
+		}
 	})
 	t.Run("InvalidArgument", func(t *testing.T) {
 		f := newFixture(t, h)
@@ -131,7 +146,7 @@ func testErrorShape(t *testing.T, h Harness) {
 }
 
 // callsOf lists the operations st has: ClosestLast only on an is.ClosestLastReader, the batch forms
-// only on an is.BatchReader and an is.BatchDropper (the per-key fallbacks' errors are the per-key
+// only on an is.BatchReader, an is.BatchDropper and an is.BatchAppender (the per-key fallbacks' errors are the per-key
 // operations', checked as such).
 func callsOf(st is.Storage) []call {
 	var calls []call
@@ -139,8 +154,9 @@ func callsOf(st is.Storage) []call {
 		_, closestLast := st.(is.ClosestLastReader)
 		_, reader := st.(is.BatchReader)
 		_, dropper := st.(is.BatchDropper)
+		_, appender := st.(is.BatchAppender)
 		if (c.op == is.OpClosestLast && !closestLast) || (c.op == is.OpClosestLastMany && !reader) ||
-			(c.op == is.OpDropPrefixMany && !dropper) {
+			(c.op == is.OpDropPrefixMany && !dropper) || (c.op == is.OpAppendKeys && !appender) {
 			continue
 		}
 		calls = append(calls, c)
@@ -151,7 +167,7 @@ func callsOf(st is.Storage) []call {
 // keyOf is the key an error of c names: none for a scan, nor for a batch's call.
 func keyOf(c call, key string) string {
 	switch c.op {
-	case is.OpScan, is.OpScanStable, is.OpClosestLastMany, is.OpDropPrefixMany:
+	case is.OpScan, is.OpScanStable, is.OpClosestLastMany, is.OpDropPrefixMany, is.OpAppendKeys:
 		return ""
 	}
 	return key

@@ -27,11 +27,11 @@ import (
 // Every operation touches one index, so histories are checked per key. Values are derived from the key
 // and id, so the model is the ids alone; every value read is checked where it is read.
 //
-// A batch (is.ClosestLastMany, is.DropPrefixMany: DESIGN §13) is not atomic across keys; each key's
-// part is linearizable on its own. So a batch is recorded as its per-key operations, each with the
-// batch's call and return: a part of a batch read is a ClosestLast where the backend claims one
-// instant for it (an is.BatchReader, or an is.ClosestLastReader under the fallback), else a LastID and
-// a Closest, the fallback's two calls.
+// A batch (is.ClosestLastMany, is.DropPrefixMany, is.AppendKeys: DESIGN §13) is not atomic across
+// keys; each key's part is linearizable on its own. So a batch is recorded as its per-key operations,
+// each with the batch's call and return: a part of a batch read is a ClosestLast where the backend
+// claims one instant for it (an is.BatchReader, or an is.ClosestLastReader under the fallback), else a
+// LastID and a Closest, the fallback's two calls; a part of a batch append is an AppendMany.
 
 const (
 	linClients = 4
@@ -287,6 +287,49 @@ func (c *linClient) batch() (read bool, reqs []is.KeyID) {
 	return read, reqs
 }
 
+// appendBatch is a batch append of the client's: one key or all, in a random order, each key's part
+// like an AppendMany's (fresh ids, or now and then from the last id handed out, to race for it).
+func (c *linClient) appendBatch() []is.KeyEntries {
+	keys := slices.Clone(c.keys)
+	c.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	keys = keys[:1+c.rng.IntN(len(keys))]
+	reqs := make([]is.KeyEntries, len(keys))
+	for i, k := range keys {
+		first := c.nextID.Add(3) - 2
+		if c.rng.IntN(4) == 0 {
+			first = max(c.nextID.Load()-3, 1)
+		}
+		reqs[i] = is.KeyEntries{Key: k, Entries: entries(k, first, first+1+c.rng.Uint64N(2))}
+	}
+	return reqs
+}
+
+// linRunAppendBatch runs one batch append against st and returns its parts as AppendMany operations,
+// or an error that fails the check: the call's, or a part's other than a conflict.
+func (f *fixture) linRunAppendBatch(st is.Storage, reqs []is.KeyEntries) ([]linInput, []linOutput, error) {
+	errs, err := is.AppendKeys(f.ctx, st, ns, reqs)
+	if err == nil && len(errs) != len(reqs) {
+		err = fmt.Errorf("%d results for %d keys", len(errs), len(reqs))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("AppendKeys(%d keys): %w", len(reqs), err)
+	}
+	ins := make([]linInput, len(reqs))
+	outs := make([]linOutput, len(reqs))
+	for i, r := range reqs {
+		if errs[i] != nil && !errors.Is(errs[i], is.ErrConflict) {
+			return nil, nil, fmt.Errorf("AppendKeys, key %q: %w", r.Key, errs[i])
+		}
+		ids := make([]uint64, len(r.Entries))
+		for j, e := range r.Entries {
+			ids[j] = e.ID
+		}
+		ins[i] = linInput{key: r.Key, kind: linAppendMany, ids: ids, batch: len(reqs)}
+		outs[i] = linOutput{conflict: errs[i] != nil}
+	}
+	return ins, outs, nil
+}
+
 // linRunBatch runs one batch against st and returns its parts as per-key operations (oneInstant: a
 // read's part is a ClosestLast, else a LastID and a Closest), or an error that fails the check: the
 // call's or a part's, or a value that is not the one written.
@@ -422,11 +465,22 @@ func (f *fixture) history(n int, seed uint64) ([]porcupine.Operation, error) {
 		client := &linClient{rng: rand.New(rand.NewPCG(seed, uint64(c))), keys: keys, nextID: &nextID, closestLast: closestLast}
 		wg.Go(func() {
 			for range linOps {
-				if client.rng.IntN(8) == 0 {
-					read, reqs := client.batch()
-					call := clock.Add(1)
-					ins, outs, err := f.linRunBatch(f.st, read, closestLast || batchReader, reqs)
-					ret := clock.Add(1)
+				if client.rng.IntN(6) == 0 {
+					var ins []linInput
+					var outs []linOutput
+					var err error
+					var call, ret int64
+					if client.rng.IntN(3) == 0 {
+						reqs := client.appendBatch()
+						call = clock.Add(1)
+						ins, outs, err = f.linRunAppendBatch(f.st, reqs)
+						ret = clock.Add(1)
+					} else {
+						read, reqs := client.batch()
+						call = clock.Add(1)
+						ins, outs, err = f.linRunBatch(f.st, read, closestLast || batchReader, reqs)
+						ret = clock.Add(1)
+					}
 					if err != nil {
 						errs[c] = err
 						return

@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -72,15 +73,18 @@ type touched struct {
 }
 
 // mutate applies one random change to both the backend and the model, and reports the keys it touched
-// and whether each is present afterwards. One change in eight is a batch (DESIGN §13): a batch drop,
-// applied to the model as its per-key drops, or a batch read checked against the model.
+// and whether each is present afterwards. Three changes in ten are a batch (DESIGN §13): a batch drop
+// or a batch append, applied to the model as its per-key drops or appends, or a batch read checked
+// against the model.
 func (m *model) mutate() []touched {
-	switch m.rng.IntN(8) {
+	switch m.rng.IntN(10) {
 	case 0:
 		return m.batchDrop()
 	case 1:
 		m.batchRead()
 		return nil
+	case 2:
+		return m.batchAppend()
 	}
 	f := m.f
 	key := m.randomKey()
@@ -161,6 +165,47 @@ func (m *model) batchDrop() []touched {
 	for i, r := range reqs {
 		if counts[i] != want[i] {
 			f.t.Fatalf("DropPrefixMany: %q (part %d of %d) up to %d dropped %d, the model says %d", r.Key, i, len(reqs), r.ID, counts[i], want[i])
+		}
+	}
+	return out
+}
+
+// batchAppend appends to a few keys in one AppendKeys, each key's part one the model can follow (one or
+// two fresh ids, nothing, or a conflict: a first id at the last id of a present key), and checks each
+// key's error: nil where the model appends, ErrConflict where it refuses, the index unchanged then.
+func (m *model) batchAppend() []touched {
+	f := m.f
+	keys := m.batchKeys()
+	reqs := make([]is.KeyEntries, len(keys))
+	conflict := make([]bool, len(keys))
+	var out []touched
+	for i, k := range keys {
+		reqs[i].Key = k
+		last, present := m.last[k]
+		switch r := m.rng.IntN(4); {
+		case r == 0 && present:
+			reqs[i].Entries, conflict[i] = entries(k, last, m.nextID), true
+			m.nextID++
+		case r == 1:
+			// Nothing to append: the key stays as it is, absent included.
+		default:
+			for range 1 + m.rng.IntN(2) {
+				reqs[i].Entries = append(reqs[i].Entries, entries(k, m.nextID)...)
+				m.last[k] = m.nextID
+				m.count[k]++
+				m.nextID++
+			}
+			out = append(out, touched{k, true})
+		}
+	}
+	errs, err := is.AppendKeys(f.ctx, f.st, modelNS, reqs)
+	if err != nil || len(errs) != len(reqs) {
+		f.t.Fatalf("AppendKeys(%d keys): %d results, %v", len(reqs), len(errs), err)
+	}
+	for i, r := range reqs {
+		if conflict[i] != errors.Is(errs[i], is.ErrConflict) || (!conflict[i] && errs[i] != nil) {
+			f.t.Fatalf("AppendKeys: %q (part %d of %d) of ids %v: %v; the model says conflict %v",
+				r.Key, i, len(reqs), entryIDs(f.t, r.Key, r.Entries), errs[i], conflict[i])
 		}
 	}
 	return out

@@ -102,6 +102,26 @@ func testPoisoned(t *testing.T, h Harness) {
 			}
 			requireIDs(f.t, f.ids(ns, keys[i]), []uint64{2}, "healthy "+keys[i]+" after a batch drop beside a poisoned index")
 		}
+		appends := make([]is.KeyEntries, len(keys))
+		for i, k := range keys {
+			appends[i] = is.KeyEntries{Key: k, Entries: entries(k, 3, 4)}
+		}
+		var errs []error
+		f.noPanic("AppendKeys", poisoned, func() { errs, err = is.AppendKeys(f.ctx, f.st, ns, appends) })
+		if err != nil || len(errs) != len(appends) {
+			f.t.Fatalf("AppendKeys over poisoned %q: %d results for %d keys, %v; a poisoned key fails its own part only",
+				poisoned, len(errs), len(appends), err)
+		}
+		for i, e := range errs {
+			if keys[i] == poisoned {
+				f.requireWriteErrorKind("AppendKeys", poisoned, e)
+				continue
+			}
+			if e != nil {
+				f.t.Fatalf("AppendKeys over poisoned %q: healthy %q (part %d of %d): %v", poisoned, keys[i], i, len(keys), e)
+			}
+			requireIDs(f.t, f.ids(ns, keys[i]), []uint64{2, 3, 4}, "healthy "+keys[i]+" after a batch append beside a poisoned index")
+		}
 		f.readPoisoned(poisoned)
 	})
 

@@ -7,13 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	is "github.com/stratalog/strata/indexedstorage"
 )
 
-// The batch operations (is.BatchReader, is.BatchDropper) of one file: every key of a batch in one
+// The batch operations (is.BatchReader, is.BatchDropper, is.BatchAppender) of one file: every key of a batch in one
 // transaction, each statement prepared once for the batch. The caller has validated the batch
 // (is.ValidateBatchKeys) and checked the engine is open. A key's own failure (a row the engine
 // refuses to decode, a statement refused for that key's rows) is that key's Err, unshaped, for the
@@ -270,6 +271,77 @@ func (e *Engine) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID)
 		return nil, err
 	}
 	return out, nil
+}
+
+// AppendKeys runs Append of each key of reqs that has entries in one write transaction on the writer,
+// BEGIN IMMEDIATE and one commit: each key's part is Append's check and insert under the file's write
+// lock, all of its entries or none. A key whose first id is not above its last id fails with
+// ErrConflict and writes nothing; a key whose last id cannot be read, or whose insert the engine
+// refuses for its own rows (KeyFault), fails alone, its rows undone to the savepoint taken before
+// them, and the others go on. Any other failure rolls the whole transaction back and fails the call.
+// Results are in the order of reqs.
+func (e *Engine) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	if e.readOnly {
+		return nil, errReadOnly
+	}
+	out := make([]error, len(reqs))
+	if !slices.ContainsFunc(reqs, func(r is.KeyEntries) bool { return len(r.Entries) > 0 }) {
+		return out, nil // AppendMany of nothing for every key: nothing to write, nothing to lock
+	}
+	c, err := e.writer.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	tx, err := c.BeginTx(ctx, nil) // the writer's BEGIN is IMMEDIATE: the write lock from the start
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() // a no-op once committed
+	lastID, err := tx.PrepareContext(ctx, qLastID)
+	if err != nil {
+		return nil, err
+	}
+	defer lastID.Close()
+	for i, r := range reqs {
+		if len(r.Entries) == 0 {
+			continue
+		}
+		keyErr, err := appendPart(ctx, tx, lastID, ns, r.Key, r.Entries)
+		if err == nil && keyErr != nil && (!KeyFault(ctx, keyErr) || !inTransaction(c)) {
+			err = keyErr
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = keyErr
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// appendPart is one key's part of AppendKeys: the conflict check, then the insert inside a savepoint,
+// so that an insert refused midway leaves none of the key's rows. keyErr is the part's own failure;
+// err is one that leaves the transaction in no known state (the savepoint could not be taken, undone
+// or released), which fails the batch.
+func appendPart(ctx context.Context, tx *sql.Tx, lastID *sql.Stmt, ns, key string, entries []is.Entry) (keyErr, err error) {
+	if err := above(lastID.QueryRowContext(ctx, ns, key), entries[0].ID); err != nil {
+		return err, nil // nothing of the key's was written
+	}
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT append_part`); err != nil {
+		return nil, err
+	}
+	if keyErr = insert(ctx, tx, ns, key, entries); keyErr != nil {
+		if _, err := tx.ExecContext(ctx, `ROLLBACK TO append_part`); err != nil {
+			return nil, errors.Join(keyErr, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `RELEASE append_part`); err != nil {
+		return nil, errors.Join(keyErr, err)
+	}
+	return keyErr, nil
 }
 
 func execCount(ctx context.Context, stmt *sql.Stmt, args ...any) (int64, error) {

@@ -64,16 +64,26 @@ func (e *Engine) Exists(ctx context.Context, ns, key string) (bool, error) {
 // ErrConflict when the first id is not above the index's last.
 func (e *Engine) Append(ctx context.Context, ns, key string, entries []is.Entry) error {
 	return e.write(ctx, func(tx *sql.Tx) error {
-		var last int64
-		switch err := tx.QueryRowContext(ctx, qLastID, ns, key).Scan(&last); {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
+		if err := above(tx.QueryRowContext(ctx, qLastID, ns, key), entries[0].ID); err != nil {
 			return err
-		case entries[0].ID <= uint64(last):
-			return fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, entries[0].ID, last)
 		}
 		return insert(ctx, tx, ns, key, entries)
 	})
+}
+
+// above checks first is above the index's last id, read by lastID (qLastID): nil if it is or the index
+// is empty, else ErrConflict naming the last id, or the read's own error.
+func above(lastID *sql.Row, first uint64) error {
+	var last int64
+	switch err := lastID.Scan(&last); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	case first <= uint64(last):
+		return fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, first, last)
+	}
+	return nil
 }
 
 // insertChunk is how many rows one multi-row INSERT writes: a batch costs one statement per chunk

@@ -2,6 +2,7 @@ package selftest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -26,6 +27,9 @@ const (
 	bugBatchStopsAtKeyError bug = "batchStopsAtKeyError"
 	// bugBatchAppendFailsAll fails every key of an AppendKeys whose one key conflicts, appending none.
 	bugBatchAppendFailsAll bug = "batchAppendFailsAll"
+	// bugBatchAppendStopsAtConflict ends an AppendKeys at its first conflicting key and reports the keys
+	// after it appended (nil) without appending them.
+	bugBatchAppendStopsAtConflict bug = "batchAppendStopsAtConflict"
 )
 
 func init() {
@@ -35,6 +39,7 @@ func init() {
 		mutant{bugBatchLocksInRequestOrder, "DropPrefixMany takes each index's row lock in the order of the request, not of the keys: two batches of the same keys in opposite orders deadlock"},
 		mutant{bugBatchStopsAtKeyError, "a batch stops at a key whose storage fails and reports the keys after it as success (nil Err, zero results) without reading or dropping them"},
 		mutant{bugBatchAppendFailsAll, "AppendKeys fails every key when one key's append conflicts, appending none: a key's failure is not its own"},
+		mutant{bugBatchAppendStopsAtConflict, "AppendKeys stops at the first key whose append conflicts and reports the keys after it appended, though nothing of theirs was written"},
 	)
 }
 
@@ -66,6 +71,9 @@ func (s *store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 	}
 	for i, r := range reqs {
 		out[i] = s.AppendMany(ctx, ns, r.Key, r.Entries)
+		if s.bug == bugBatchAppendStopsAtConflict && errors.Is(out[i], is.ErrConflict) {
+			return out, nil // the parts after it stay nil: reported appended, never written
+		}
 	}
 	return out, nil
 }

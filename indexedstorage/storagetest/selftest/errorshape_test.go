@@ -115,9 +115,18 @@ func (s shaped) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 }
 
 var (
-	_ is.BatchReader  = shaped{}
-	_ is.BatchDropper = shaped{}
+	_ is.BatchReader   = shaped{}
+	_ is.BatchDropper  = shaped{}
+	_ is.BatchAppender = shaped{}
 )
+
+func (s shaped) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
+	res, err := s.store.AppendKeys(ctx, ns, reqs)
+	for i := range res {
+		res[i] = fail(is.OpAppendKeys, ns, reqs[i].Key, res[i])
+	}
+	return res, fail(is.OpAppendKeys, ns, "", err)
+}
 
 func (s shaped) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
 	res, err := s.store.ClosestLastMany(ctx, ns, reqs)
