@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -242,8 +243,9 @@ func (p *Packed) Append(ctx context.Context, agent oplog.AgentID, mode oplog.Mod
 // AppendBatch writes every request's entries as chunks packed into segments (one for the batch, more
 // past MaxSegmentChunks chunks or MaxSegmentBytes), then every chunk's index row in one AppendKeys per
 // is.MaxBatch oplogs. An oplog's rows conflict, as an indexed layer's do, when its first chunk does not
-// end above the index's last id (another archiver wrote there first): that oplog fails with
-// is.ErrConflict and its chunks stay in the segment unreferenced. An oplog whose entries are invalid
+// end above the index's last id (another archiver wrote there first): unless the layer already holds
+// exactly those entries (then the append stands, as a rewrite of identical bytes does in the chunk
+// layout), that oplog fails with is.ErrConflict. Either way its chunks stay in the segment unreferenced. An oplog whose entries are invalid
 // fails alone; a segment that cannot be written fails the oplogs of its group (nothing of them is
 // indexed).
 func (p *Packed) AppendBatch(ctx context.Context, mode oplog.Mode, reqs []oplog.AppendRequest) ([]error, error) {
@@ -325,10 +327,32 @@ func (p *Packed) appendGroup(ctx context.Context, mode oplog.Mode, parts []packe
 		}
 	}
 	for i, pt := range parts {
-		if errs[i] != nil {
-			out[pt.req] = fmt.Errorf("%s: append to %s: %w", p.name, reqs[pt.req].Agent, errs[i])
+		err := errs[i]
+		if errors.Is(err, is.ErrConflict) && p.holdsAlready(ctx, mode, reqs[pt.req]) {
+			err = nil
+		}
+		if err != nil {
+			out[pt.req] = fmt.Errorf("%s: append to %s: %w", p.name, reqs[pt.req].Agent, err)
 		}
 	}
+}
+
+// holdsAlready reports whether the layer holds every entry of r, byte for byte: a concurrent archive of
+// the same agent (two sidecars during a hand-off) indexed the same chunks first. The append then stands
+// as done, as a put of identical bytes does in the chunk layout; its own copies stay unreferenced in the
+// segment. Any doubt (a read error, a difference) answers false and the conflict stands.
+func (p *Packed) holdsAlready(ctx context.Context, mode oplog.Mode, r oplog.AppendRequest) bool {
+	first, last := r.Entries[0].Index, r.Entries[len(r.Entries)-1].Index
+	got, err := p.Read(ctx, r.Agent, mode, first, last, oplog.ReadLimit{Entries: len(r.Entries), Bytes: math.MaxInt})
+	if err != nil || len(got) != len(r.Entries) {
+		return false
+	}
+	for i, e := range got {
+		if e.Index != r.Entries[i].Index || !bytes.Equal(e.Payload, r.Entries[i].Payload) {
+			return false
+		}
+	}
+	return true
 }
 
 // writtenSegment is a segment an AppendBatch wrote: its path, bytes and the time its name carries.

@@ -153,22 +153,26 @@ func TestPacked_AnAgentsFailureIsItsOwn(t *testing.T) {
 	ctx := t.Context()
 	st := memory.New()
 	p := newPacked(t, st, memory.NewBlobStore(), nil)
-	if err := p.Append(ctx, agentN(1), oplog.Ephemeral, entriesFrom(1, 10, 1)); err != nil {
-		t.Fatal(err)
+	for _, a := range []int{1, 4} {
+		if err := p.Append(ctx, agentN(a), oplog.Ephemeral, entriesFrom(1, 10, a)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reqs := []oplog.AppendRequest{
 		{Agent: agentN(0), Entries: entriesFrom(1, 5, 0)},
-		{Agent: agentN(1), Entries: entriesFrom(5, 3, 1)}, // ends at 7, at or below the index's 10
+		{Agent: agentN(1), Entries: entriesFrom(5, 3, 91)}, // ends at 7, at or below the index's 10, other bytes
+		{Agent: agentN(4), Entries: entriesFrom(1, 10, 4)}, // what the layer holds already: stands as done
 		{Agent: agentN(2), Entries: []oplog.Entry{{Index: 1}, {Index: 3}}},
 		{Agent: agentN(3), Entries: entriesFrom(1, 2, 3)},
 		{Agent: agentN(0), Entries: entriesFrom(6, 1, 0)}, // twice in one batch
 	}
+	reqs[2], reqs[3], reqs[4], reqs[5] = reqs[3], reqs[4], reqs[5], reqs[2] // the identical one last
 	errs, err := p.AppendBatch(ctx, oplog.Ephemeral, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs[0] != nil || errs[3] != nil {
-		t.Fatalf("valid agents failed: %v, %v", errs[0], errs[3])
+	if errs[0] != nil || errs[3] != nil || errs[5] != nil {
+		t.Fatalf("valid agents failed: %v, %v, %v", errs[0], errs[3], errs[5])
 	}
 	if !errors.Is(errs[1], is.ErrConflict) {
 		t.Fatalf("an overlap: %v, want ErrConflict", errs[1])
@@ -182,6 +186,7 @@ func TestPacked_AnAgentsFailureIsItsOwn(t *testing.T) {
 	requireRead(t, p, agentN(0), entriesFrom(1, 5, 0))
 	requireRead(t, p, agentN(1), entriesFrom(1, 10, 1))
 	requireRead(t, p, agentN(3), entriesFrom(1, 2, 3))
+	requireRead(t, p, agentN(4), entriesFrom(1, 10, 4))
 	if _, ok, _ := p.LastIndex(ctx, agentN(2), oplog.Ephemeral); ok {
 		t.Fatal("the agent with invalid entries has index rows")
 	}

@@ -50,10 +50,16 @@ func TestSweep_StorageCallsPerArchivedAgent(t *testing.T) {
 		if page.LastIDs != nil {
 			gateReads = 0
 		}
-		want := map[is.Operation]int{is.OpClosestLast: n, is.OpDropPrefix: n}
+		// A batch reads the source (its chunks and last ids) and the blob index's last ids, appends
+		// the index rows of its segment and drops the source: two reads, one append, one drop.
+		want := map[is.Operation]int{is.OpClosestLast: 2 * n, is.OpAppendMany: n, is.OpDropPrefix: n}
 		if _, ok := st.(is.BatchReader); ok {
 			delete(want, is.OpClosestLast)
-			want[is.OpClosestLastMany] = batches
+			want[is.OpClosestLastMany] = 2 * batches
+		}
+		if _, ok := st.(is.BatchAppender); ok {
+			delete(want, is.OpAppendMany)
+			want[is.OpAppendKeys] = batches
 		}
 		if _, ok := st.(is.BatchDropper); ok {
 			delete(want, is.OpDropPrefix)
