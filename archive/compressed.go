@@ -65,29 +65,42 @@ func (c *Compressed) ReadLast(ctx context.Context, agent oplog.AgentID, mode opl
 
 // read reads the chunks of the range, the first with the index's last id where withLast is set.
 func (c *Compressed) read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit, withLast bool) ([]oplog.Entry, oplog.Index, bool, error) {
-	ns, key := oplog.CompressedNamespace(mode, c.level), agent.StoredKey()
+	return readIndexed(ctx, c.st, c.name, oplog.CompressedNamespace(mode, c.level), agent, from, to, limit, withLast,
+		func(_ context.Context, row is.Entry) ([]byte, bool, error) { return row.Value, true, nil })
+}
+
+// readIndexed is Read (and ReadLast, withLast) of a layer that keeps a row per chunk in ns under the
+// agent's stored key, the row's id the chunk's last index: chunkOf turns a row into the chunk's bytes
+// (its value, or what it points to), or answers false when the row's chunk is gone meanwhile.
+func readIndexed(ctx context.Context, st is.Storage, layer, ns string, agent oplog.AgentID, from, to oplog.Index, limit oplog.ReadLimit, withLast bool,
+	chunkOf func(ctx context.Context, row is.Entry) ([]byte, bool, error)) ([]oplog.Entry, oplog.Index, bool, error) {
+	key := agent.StoredKey()
 	var last uint64
 	var exists bool
 	if withLast && max(from, 1) > to {
 		// readChunks reads nothing: the last id on its own.
 		var err error
-		last, exists, err = c.st.LastID(ctx, ns, key)
-		return nil, oplog.Index(last), exists, c.wrap("last index", agent, err)
+		last, exists, err = st.LastID(ctx, ns, key)
+		return nil, oplog.Index(last), exists, wrapLayer(layer, "last index", agent, err)
 	}
-	entries, err := readChunks(ctx, c.name, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {
-		var e is.Entry
+	entries, err := readChunks(ctx, layer, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {
+		var row is.Entry
 		var ok bool
 		var err error
 		if withLast {
 			withLast = false
-			e, ok, last, exists, err = is.ClosestLast(ctx, c.st, ns, key, uint64(from))
+			row, ok, last, exists, err = is.ClosestLast(ctx, st, ns, key, uint64(from))
 		} else {
-			e, ok, err = c.st.Closest(ctx, ns, key, uint64(from))
+			row, ok, err = st.Closest(ctx, ns, key, uint64(from))
 		}
+		if err != nil || !ok {
+			return 0, nil, false, wrapLayer(layer, "read", agent, err)
+		}
+		data, ok, err := chunkOf(ctx, row)
 		if err != nil {
-			return 0, nil, false, fmt.Errorf("%s: read %s: %w", c.name, agent, err)
+			return 0, nil, false, fmt.Errorf("%s: agent %s, chunk stored under index %d: %w", layer, agent, row.ID, err)
 		}
-		return oplog.Index(e.ID), e.Value, ok, nil
+		return oplog.Index(row.ID), data, ok, nil
 	})
 	return entries, oplog.Index(last), exists, err
 }
@@ -198,8 +211,13 @@ func (c *Compressed) Delete(ctx context.Context, agent oplog.AgentID, mode oplog
 }
 
 func (c *Compressed) wrap(what string, agent oplog.AgentID, err error) error {
+	return wrapLayer(c.name, what, agent, err)
+}
+
+// wrapLayer names the layer, the operation and the agent in err (nil stays nil).
+func wrapLayer(layer, what string, agent oplog.AgentID, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%s: %s of %s: %w", c.name, what, agent, err)
+	return fmt.Errorf("%s: %s of %s: %w", layer, what, agent, err)
 }

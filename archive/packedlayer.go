@@ -123,36 +123,13 @@ func (p *Packed) ReadLast(ctx context.Context, agent oplog.AgentID, mode oplog.M
 // read reads the chunks of the range through the index, each with one ranged read of its segment.
 func (p *Packed) read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit, withLast bool) ([]oplog.Entry, oplog.Index, bool, error) {
 	ns, key := oplog.BlobIndexNamespace(mode, p.level), agent.StoredKey()
-	var last uint64
-	var exists bool
-	if withLast && max(from, 1) > to {
-		var err error
-		last, exists, err = p.st.LastID(ctx, ns, key)
-		return nil, oplog.Index(last), exists, p.wrap("last index", agent, err)
-	}
-	entries, err := readChunks(ctx, p.name, agent, from, to, limit, func(ctx context.Context, from oplog.Index) (oplog.Index, []byte, bool, error) {
-		var row is.Entry
-		var ok bool
-		var err error
-		if withLast {
-			withLast = false
-			row, ok, last, exists, err = is.ClosestLast(ctx, p.st, ns, key, uint64(from))
-		} else {
-			row, ok, err = p.st.Closest(ctx, ns, key, uint64(from))
-		}
-		if err != nil || !ok {
-			return 0, nil, false, p.wrap("read", agent, err)
-		}
+	return readIndexed(ctx, p.st, p.name, ns, agent, from, to, limit, withLast, func(ctx context.Context, row is.Entry) ([]byte, bool, error) {
 		data, err := p.chunk(ctx, ns, key, row)
 		if errors.Is(err, errRowGone) {
-			return 0, nil, false, nil
+			return nil, false, nil
 		}
-		if err != nil {
-			return 0, nil, false, fmt.Errorf("%s: agent %s, chunk stored under index %d: %w", p.name, agent, row.ID, err)
-		}
-		return oplog.Index(row.ID), data, true, nil
+		return data, err == nil, err
 	})
-	return entries, oplog.Index(last), exists, err
 }
 
 // errRowGone: a row's segment was missing, and so was the row when looked at again (an erasure or an
@@ -442,8 +419,5 @@ func (p *Packed) Delete(ctx context.Context, agent oplog.AgentID, mode oplog.Mod
 }
 
 func (p *Packed) wrap(what string, agent oplog.AgentID, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %s of %s: %w", p.name, what, agent, err)
+	return wrapLayer(p.name, what, agent, err)
 }
