@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratalog/strata/backends/cloudblob"
 	"github.com/stratalog/strata/backends/fsblob"
+	"github.com/stratalog/strata/internal/s3local"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
@@ -31,7 +33,7 @@ import (
 // blob chunks and drops two prefixes (the first usually stops inside a stored chunk, whose head is then
 // in both layers until the second): every one of those storage calls is a place a kill can land.
 const (
-	crashAgents  = 80
+	crashAgents  = 120
 	crashEntries = 5000
 	crashMaxStep = 700
 	// crashMaxWait is the upper bound of the random delay between feeding a started process and
@@ -85,21 +87,44 @@ func TestCrash_SIGKILLWhileSweepingLosesAndDoublesNothing(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
 		st := backendtest.SQLite().Open(t)
 		u := backendtest.URL(t, st)
-		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u, u, iterations)
+		blobs, blobURL := crashBlobs(t)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, blobs), u, u, blobURL, iterations)
+	})
+	// The packed layout's segments and ranged reads over the S3 protocol: a server in this process,
+	// which outlives every kill of the binary.
+	t.Run("sqlite-s3", func(t *testing.T) {
+		st := backendtest.SQLite().Open(t)
+		u := backendtest.URL(t, st)
+		testenv.S3LocalEnv() // the binary inherits the credentials
+		srv, err := s3local.Start("127.0.0.1:0", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		blobURL := srv.BucketURL("crash", "strata")
+		blobs, err := cloudblob.Open(t.Context(), blobURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { blobs.Close() })
+		runCrash(t, bin, oplogtest.NewLayers(t, st, blobs), u, u, blobURL, iterations)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		st := backendtest.Postgres().Open(t)
 		u := backendtest.URL(t, st)
-		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), u, u, iterations)
+		blobs, blobURL := crashBlobs(t)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, blobs), u, u, blobURL, iterations)
 	})
 	// The scheduled rows of the stores without a schedule store of their own live in a SQLite file.
 	t.Run("multisqlite", func(t *testing.T) {
 		st := backendtest.MultiSQLite().Open(t)
-		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), backendtest.URL(t, st), scheduleFile(t), iterations)
+		blobs, blobURL := crashBlobs(t)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, blobs), backendtest.URL(t, st), scheduleFile(t), blobURL, iterations)
 	})
 	t.Run("redis", func(t *testing.T) {
 		st := backendtest.Redis().Open(t)
-		runCrash(t, bin, oplogtest.NewLayers(t, st, crashBlobs(t)), backendtest.URL(t, st), scheduleFile(t), iterations)
+		blobs, blobURL := crashBlobs(t)
+		runCrash(t, bin, oplogtest.NewLayers(t, st, blobs), backendtest.URL(t, st), scheduleFile(t), blobURL, iterations)
 	})
 }
 
@@ -107,22 +132,22 @@ func scheduleFile(t *testing.T) string {
 	return "sqlite://" + filepath.Join(t.TempDir(), "schedule.db")
 }
 
-func crashBlobs(t *testing.T) *fsblob.Store {
+// crashBlobs is a blob directory of the test's own and its URL.
+func crashBlobs(t *testing.T) (*fsblob.Store, string) {
 	t.Helper()
 	blobs, err := fsblob.New(t.Context(), filepath.Join(t.TempDir(), "blobs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return blobs
+	return blobs, "fs://" + blobs.Root()
 }
 
 // runCrash strands the agents through l (the test's own handle on the storage and blob directory the
 // binary is configured with), kills the binary iterations times while it sweeps, checking every oplog
 // after every kill, then lets it converge and checks the drained state.
-func runCrash(t *testing.T, bin string, l *oplogtest.Layers, storageURL, scheduleURL string, iterations int) {
+func runCrash(t *testing.T, bin string, l *oplogtest.Layers, storageURL, scheduleURL, blobURL string, iterations int) {
 	ctx := t.Context()
-	blobDir := l.Blobs.(*fsblob.Store).Root()
-	cfg := writeCrashConfig(t, storageURL, scheduleURL, blobDir)
+	cfg := writeCrashConfig(t, storageURL, scheduleURL, blobURL)
 	rng := crashSeed(t)
 
 	agents := make([]oplog.AgentID, crashAgents)
@@ -317,17 +342,18 @@ func crashCheckAgent(ctx context.Context, l *oplogtest.Layers, a oplog.AgentID) 
 }
 
 // writeCrashConfig writes the binary's config: the sweep ticks by itself every 100 ms (the smallest
-// interval), archiving one batch of four agents per tick (a kill inside a batch cuts four drains at
+// interval), archiving one batch of two agents per tick (a kill inside a batch cuts both drains at
 // once, at whichever round each is in), so that however fast the machine, a process archives only a
-// few agents in the ≤ 500 ms it lives and the work outlasts most of the kills; the residency feed never
+// few agents in the ≤ 500 ms it lives and the work outlasts most of the kills (a tick of the packed
+// layout writes one segment a round, not a file a chunk, so it no longer takes longer than the interval); the residency feed never
 // goes stale during the test.
-func writeCrashConfig(t *testing.T, storageURL, scheduleURL, blobDir string) string {
+func writeCrashConfig(t *testing.T, storageURL, scheduleURL, blobURL string) string {
 	t.Helper()
-	return strataproc.WriteConfig(t, t.TempDir(), storageURL, scheduleURL, "fs://"+blobDir, `[sweep]
+	return strataproc.WriteConfig(t, t.TempDir(), storageURL, scheduleURL, blobURL, `[sweep]
 interval = "100ms"
 max_concurrency = 1
-max_archives_per_tick = 4
-archive_batch = 4
+max_archives_per_tick = 2
+archive_batch = 2
 [residency]
 ttl = "1h"
 `)
