@@ -17,6 +17,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/oplog/schedule"
 	"github.com/stratalog/strata/sweeper"
 )
@@ -41,7 +42,10 @@ type Storage struct {
 
 // Blob is [blob]: the bottom layer.
 type Blob struct {
-	URL string `toml:"url"` // for backends.OpenBlob: fs:relative/dir, fs:///abs/dir, file:///abs/dir, memory://, s3://, gs://, azblob://, mem://
+	URL        string        `toml:"url"`         // for backends.OpenBlob: fs:relative/dir, fs:///abs/dir, file:///abs/dir, memory://, s3://, gs://, azblob://, mem://
+	Layout     string        `toml:"layout"`      // archive.LayoutPacked or archive.LayoutChunks (StackOptions.BlobLayout)
+	GCInterval time.Duration `toml:"gc_interval"` // how often the sidecar runs the segment collector; 0: never
+	GCGrace    time.Duration `toml:"gc_grace"`    // archive.CollectOptions.Grace and StackOptions.SegmentGrace
 }
 
 // Schedule is [schedule]: the scheduled_actions store and its scheduler.
@@ -102,12 +106,25 @@ type Log struct {
 	Format string `toml:"format"` // text or json
 }
 
+// DefaultGCInterval is blob.gc_interval's default: orphan segments come only from archive steps cut
+// between their segment and its rows (a crash, a timeout), so a pass every ten minutes finds few, and
+// each pass reads every segment older than the grace once.
+const DefaultGCInterval = 10 * time.Minute
+
+// MaxAgentDurationInEffect is sweep.max_agent_duration as the sweeper applies it: 0 reads as
+// max_tick_duration, and either below sweeper.MinTickDuration as that.
+func (s Sweep) MaxAgentDurationInEffect() time.Duration {
+	tick := max(s.MaxTickDuration, sweeper.MinTickDuration)
+	return max(cmp.Or(s.MaxAgentDuration, tick), sweeper.MinTickDuration)
+}
+
 // Default returns the defaults: every key set, valid, and what DefaultsTOML prints.
 func Default() Config {
 	sw := sweeper.DefaultConfig()
 	return Config{
 		Storage: Storage{URL: "sqlite:strata-data/strata.db"},
-		Blob:    Blob{URL: "fs:strata-data/blobs"},
+		Blob: Blob{URL: "fs:strata-data/blobs", Layout: archive.LayoutPacked,
+			GCInterval: DefaultGCInterval, GCGrace: archive.DefaultSegmentGrace},
 		Schedule: Schedule{
 			URL:             "sqlite:strata-data/strata.db",
 			ArchiveInterval: 24 * time.Hour,

@@ -23,6 +23,9 @@ import (
 var samples = map[string]any{
 	"storage.url":                         "postgres://strata@db.internal:5432/strata?schema=oplog",
 	"blob.url":                            "fs:///var/lib/strata/blobs",
+	"blob.layout":                         "chunks",
+	"blob.gc_interval":                    time.Minute,
+	"blob.gc_grace":                       2 * time.Hour,
 	"schedule.url":                        "memory://",
 	"schedule.archive_interval":           90 * time.Minute,
 	"schedule.lease":                      45 * time.Second,
@@ -60,6 +63,9 @@ var samples = map[string]any{
 var disallowed = map[string][]any{
 	"storage.url":                         {"mysql://db/strata", "", "memory://somewhere", "strata.db"},
 	"blob.url":                            {"ftp://bucket/blobs", "sqlite:blobs.db", "memory://x", "webdav://host/dir"},
+	"blob.layout":                         {"", "Packed", "segments"},
+	"blob.gc_interval":                    {-time.Second, time.Nanosecond, 999 * time.Millisecond, 24*time.Hour + 1},
+	"blob.gc_grace":                       {time.Duration(0), -time.Hour, 999 * time.Millisecond, 30*24*time.Hour + 1},
 	"schedule.url":                        {"redis://127.0.0.1:6379/0", "multisqlite:dir", "fs:dir"},
 	"schedule.archive_interval":           {-time.Second, 367 * 24 * time.Hour},
 	"schedule.lease":                      {time.Duration(0), -time.Second, 2 * time.Nanosecond, 999 * time.Millisecond, 25 * time.Hour},
@@ -718,4 +724,35 @@ page_size = 77
 	if back.Sweep.PageSize != 77 || back.HTTP.Token != "x" || back.Sweep != cfg.Sweep {
 		t.Fatalf("parsed back: %+v", back.Sweep)
 	}
+}
+
+// blob.gc_grace must outlast an archive step: sweep.max_agent_duration as it applies (0 reading as
+// max_tick_duration), or the collector could remove a segment whose rows are still being written.
+func TestValidate_GCGraceMustExceedTheMaxAgentDurationInEffect(t *testing.T) {
+	for _, tc := range []struct {
+		agent, tick, grace time.Duration
+		ok                 bool
+	}{
+		{agent: 0, tick: 30 * time.Second, grace: time.Hour, ok: true},
+		{agent: 10 * time.Minute, tick: time.Minute, grace: 10*time.Minute + 1, ok: true},
+		{agent: 10 * time.Minute, tick: time.Minute, grace: 10 * time.Minute},
+		{agent: 0, tick: 2 * time.Hour, grace: time.Hour},            // 0 reads as max_tick_duration
+		{agent: 0, tick: 0, grace: time.Second},                      // both read as the 1s clamp
+		{agent: 0, tick: 0, grace: 2 * time.Second, ok: true},        // past the clamp
+		{agent: 500 * time.Millisecond, tick: 0, grace: time.Second}, // below the clamp reads as 1s
+	} {
+		c := Default()
+		c.Sweep.MaxAgentDuration, c.Sweep.MaxTickDuration, c.Blob.GCGrace = tc.agent, tc.tick, tc.grace
+		err := c.Validate()
+		if tc.ok != (err == nil) {
+			t.Errorf("max_agent_duration %v, max_tick_duration %v, gc_grace %v: %v, want ok %v", tc.agent, tc.tick, tc.grace, err, tc.ok)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "blob.gc_grace: ") {
+			t.Errorf("the error does not name blob.gc_grace first: %v", err)
+		}
+	}
+	c := Default()
+	c.Sweep.MaxAgentDuration, c.Blob.GCGrace = 2*time.Hour, time.Hour
+	requireOneError(t, c.Validate(), `blob.gc_grace: "1h" is not allowed: it must be longer than sweep.max_agent_duration `+
+		`(STRATA_SWEEP_MAX_AGENT_DURATION), "2h" as it applies, or the collector could remove the segment of an archive step still writing its index rows`)
 }

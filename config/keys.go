@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/internal/bounds"
 	"github.com/stratalog/strata/oplog/schedule"
 	"github.com/stratalog/strata/sweeper"
@@ -30,6 +31,18 @@ var sections = []section{
 				"(the URL's path is a key prefix, the query parameters are gocloud's, credentials come from the " +
 				"environment as each cloud's SDK reads it; for an S3-protocol server other than AWS add " +
 				"endpoint=http://host:port&use_path_style=true).", rule: blobURL},
+			{name: "layout", doc: "How the blob layer stores archived chunks: packed writes the chunks of a whole archive " +
+				"batch as one segment and finds each through an index in the indexed storage (one object per batch, " +
+				"reads without LIST); chunks writes one blob per chunk under the agent's own path, the layout before " +
+				"segments, kept for stores that hold it.", rule: oneOf(archive.LayoutPacked, archive.LayoutChunks)},
+			{name: "gc_interval", doc: "How often the sidecar runs the segment collector (as strata gc does once): it removes " +
+				"packed segments older than gc_grace into which no index row points, the orphans of archive steps cut " +
+				"between their segment and its rows.", rule: offOrDurationWithin(gcInterval), untuned: true,
+				note: "0 turns the collector off."},
+			{name: "gc_grace", doc: "How old a segment must be before the collector may remove it for want of index rows, " +
+				"and so how long an archive step may take between its segment and its rows. It must be longer than " +
+				"sweep.max_agent_duration as it applies (the timeout of the step that writes both); a step that passes " +
+				"half of it before its rows writes its segment again.", rule: durationWithin(gcGrace), untuned: true},
 		}},
 	{name: "schedule", doc: "The scheduled_actions store and the scheduler that runs its rows: the archives of " +
 		"durable agents, and of ephemeral agents while the sweep is disabled.",
@@ -137,6 +150,12 @@ var sections = []section{
 
 // The ranges of the sidecar's own settings; the sweep's and the scheduler's come from their packages.
 var (
+	// gcInterval: under a second the collector would list the blob store back to back; a day between
+	// passes leaves a crash's orphans for a day at most.
+	gcInterval = sweeper.Range[time.Duration]{Min: time.Second, Max: 24 * time.Hour}
+	// gcGrace: it must exceed max_agent_duration (at least a second, validated apart); past 30 days
+	// orphans would outlive any reason to keep them.
+	gcGrace = sweeper.Range[time.Duration]{Min: time.Second, Max: 30 * 24 * time.Hour}
 	// maxBodyBytes: under 256 bytes even a small assignment with a lease is refused, so every PUT would
 	// fail; over 1 GiB one request could make the sidecar hold more than the residency feed of any
 	// fleet needs.
@@ -205,6 +224,14 @@ func durationBetween(lo, hi time.Duration) rule {
 func intWithin(r bounds.Range[int]) rule { return intBetween(r.Min, r.Max) }
 
 func durationWithin(r bounds.Range[time.Duration]) rule { return durationBetween(r.Min, r.Max) }
+
+// offOrDurationWithin allows 0 (off) and the durations of r.
+func offOrDurationWithin(r bounds.Range[time.Duration]) rule {
+	return rule{want: "0 (off) or a duration from " + FormatBound(r.Min) + " to " + FormatBound(r.Max),
+		ok: func(v any) bool {
+			return v.(time.Duration) == 0 || v.(time.Duration) >= r.Min && v.(time.Duration) <= r.Max
+		}}
+}
 
 // FormatBound writes a duration bound as the messages show it: 0 without a unit, "24h" rather than
 // "24h0m0s", and whole days of two or more also in days.

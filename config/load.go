@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/stratalog/strata/sweeper"
 )
 
 // kind is a key's type.
@@ -363,6 +365,14 @@ func (c Config) validate(from labels) error {
 		token := byKey["http.token"]
 		errs = append(errs, fmt.Errorf("%s: %s is not a loopback address, so %s (%s) must be set: "+
 			"the write endpoints require a bearer token off loopback", from.of(listen), show(listen, c.HTTP.Listen), token.key, token.env))
+	}
+	// Compared only when the three keys are each allowed: otherwise their own errors say enough.
+	sweepOK := sweeper.MaxTickDurationRange.Contains(c.Sweep.MaxTickDuration) && sweeper.MaxAgentDurationRange.Contains(c.Sweep.MaxAgentDuration)
+	if grace, agent := c.Blob.GCGrace, c.Sweep.MaxAgentDurationInEffect(); sweepOK && gcGrace.Contains(grace) && grace <= agent {
+		g, a := byKey["blob.gc_grace"], byKey["sweep.max_agent_duration"]
+		errs = append(errs, fmt.Errorf("%s: %s is not allowed: it must be longer than %s (%s), %s as it applies, "+
+			"or the collector could remove the segment of an archive step still writing its index rows",
+			from.of(g), show(g, grace), a.key, a.env, show(a, agent)))
 	}
 	if len(errs) == 0 {
 		// A backstop: the key table's rules are meant to be the sweeper's and the scheduler's, and tests
