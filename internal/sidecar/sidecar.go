@@ -57,6 +57,12 @@ type Sidecar struct {
 	// boundAddr is the address Serve's listener bound, which the Host check also allows.
 	boundAddr string
 
+	// gcMetrics are the segment collector's instruments; collectTicks, when set, replaces its ticker
+	// and afterCollect, when set, is told of each run (tests drive and watch the loop with them).
+	gcMetrics    *gcMetrics
+	collectTicks <-chan time.Time
+	afterCollect func([]archive.CollectReport, error)
+
 	// baseCtx bounds work the API starts (POST /v1/sweep): cancelled when Run's context is.
 	baseCtx    context.Context
 	baseCancel context.CancelFunc
@@ -108,7 +114,11 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 	if s.schedules, err = backends.OpenSchedule(ctx, cfg.Schedule.URL); err != nil {
 		return nil, fmt.Errorf("schedule.url: %w", redact.Error(err))
 	}
-	if s.stack, err = archive.DefaultStack(s.storage, s.blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels}); err != nil {
+	if s.stack, err = archive.DefaultStack(s.storage, s.blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels,
+		BlobLayout: cfg.Blob.Layout, SegmentGrace: cfg.Blob.GCGrace}); err != nil {
+		return nil, err
+	}
+	if s.gcMetrics, err = newGCMetrics(s.provider); err != nil {
 		return nil, err
 	}
 	s.checkLayout(ctx, cfg.Stack.CompressedLevels)
@@ -253,7 +263,8 @@ func (s *Sidecar) Schedules() schedule.Store { return s.schedules }
 // Storage is the (instrumented) indexed storage.
 func (s *Sidecar) Storage() is.Storage { return s.storage }
 
-// Run serves the API on http.listen and runs the sweep and the scheduler until ctx is cancelled. It
+// Run serves the API on http.listen and runs the sweep, the scheduler and the segment collector (every
+// blob.gc_interval) until ctx is cancelled. It
 // refuses to serve writes on a non-loopback listener without a token. On cancellation it stops taking
 // requests, gives the agents being archived sweep.shutdown_grace to finish (then cuts them), and returns.
 func (s *Sidecar) Run(ctx context.Context) error {
@@ -299,6 +310,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 			s.log.Error("scheduler stopped", "err", err)
 		}
 	})
+	wg.Go(func() { s.collectLoop(ctx) })
 
 	select {
 	case <-ctx.Done():

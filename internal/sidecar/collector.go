@@ -1,0 +1,139 @@
+package sidecar
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/stratalog/strata/archive"
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/oplog"
+)
+
+// CollectedLevels are the blob levels whose packed segments the collector walks: the stack
+// archive.DefaultStack builds has one blob level, 0.
+var CollectedLevels = []int{0}
+
+// CollectAll runs archive.CollectSegments for every mode and every level of CollectedLevels, in turn,
+// and returns each run's report. An error ends it with the reports so far, the failed run's last.
+func CollectAll(ctx context.Context, st is.Storage, blobs archive.BlobStore, opts archive.CollectOptions) ([]archive.CollectReport, error) {
+	var reports []archive.CollectReport
+	for _, mode := range oplog.Modes {
+		for _, level := range CollectedLevels {
+			r, err := archive.CollectSegments(ctx, st, blobs, mode, level, opts)
+			reports = append(reports, r)
+			if err != nil {
+				return reports, err
+			}
+		}
+	}
+	return reports, nil
+}
+
+// collectLoop runs CollectAll every blob.gc_interval (never when it is 0) until ctx ends, logging what
+// each run found and counting it. A run under way when ctx ends is cut at its next storage call, which
+// is safe: a segment is removed by one call, after it was judged an orphan, and a run cut before that
+// call leaves it to the next run.
+func (s *Sidecar) collectLoop(ctx context.Context) {
+	interval := s.cfg.Blob.GCInterval
+	if interval <= 0 {
+		return
+	}
+	ticks := s.collectTicks
+	if ticks == nil {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		ticks = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+		}
+		reports, err := CollectAll(ctx, s.storage, s.blobs, archive.CollectOptions{Grace: s.cfg.Blob.GCGrace, Now: s.now})
+		s.recordCollect(ctx, reports, err)
+		if s.afterCollect != nil {
+			s.afterCollect(reports, err)
+		}
+	}
+}
+
+// recordCollect logs one collector run's reports (a line per mode and level that found anything to
+// act on or to worry about) and counts them.
+func (s *Sidecar) recordCollect(ctx context.Context, reports []archive.CollectReport, err error) {
+	log := s.log.With("component", "gc")
+	for _, r := range reports {
+		level := slog.LevelDebug
+		if r.Removed > 0 || len(r.Corrupt) > 0 || len(r.Failed) > 0 {
+			level = slog.LevelInfo
+		}
+		if len(r.Corrupt) > 0 || len(r.Failed) > 0 {
+			level = slog.LevelWarn
+		}
+		log.Log(ctx, level, "segment collector", "mode", r.Mode, "level", r.Level, "examined", r.Examined,
+			"young", r.Young, "referenced", r.Referenced, "removed", r.Removed, "removed_bytes", r.RemovedBytes,
+			"corrupt", r.Corrupt, "failed", r.Failed, "foreign", r.Foreign)
+		if s.gcMetrics != nil {
+			mode := metric.WithAttributes(attribute.String("mode", string(r.Mode)))
+			s.gcMetrics.removed.Add(ctx, int64(r.Removed), mode)
+			s.gcMetrics.removedBytes.Add(ctx, r.RemovedBytes, mode)
+			s.gcMetrics.corrupt.Record(ctx, int64(len(r.Corrupt)), mode)
+		}
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+		if ctx.Err() == nil {
+			log.Warn("segment collector failed; the next run starts over", "err", err)
+		}
+	}
+	if s.gcMetrics != nil {
+		s.gcMetrics.runs.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+	}
+}
+
+// gcMetrics are the collector's instruments.
+type gcMetrics struct {
+	runs         metric.Int64Counter
+	removed      metric.Int64Counter
+	removedBytes metric.Int64Counter
+	corrupt      metric.Int64Gauge
+}
+
+func newGCMetrics(mp metric.MeterProvider) (*gcMetrics, error) {
+	meter := mp.Meter("github.com/stratalog/strata/sidecar")
+	m := &gcMetrics{}
+	var err error
+	if m.runs, err = meter.Int64Counter("strata_gc_runs",
+		metric.WithDescription("Runs of the segment collector, by outcome (ok, error).")); err != nil {
+		return nil, err
+	}
+	if m.removed, err = meter.Int64Counter("strata_gc_segments_removed",
+		metric.WithDescription("Orphan packed segments the collector removed, by mode.")); err != nil {
+		return nil, err
+	}
+	if m.removedBytes, err = meter.Int64Counter("strata_gc_removed_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of the orphan packed segments the collector removed, by mode.")); err != nil {
+		return nil, err
+	}
+	if m.corrupt, err = meter.Int64Gauge("strata_gc_corrupt_segments",
+		metric.WithDescription("Packed segments whose footer does not decode, by mode, as the collector's last run found them: kept, "+
+			"and worth a look (strata verify).")); err != nil {
+		return nil, err
+	}
+	// Every series from start-up, at 0, as the sidecar's other counters.
+	ctx := context.Background()
+	for _, outcome := range []string{"ok", "error"} {
+		m.runs.Add(ctx, 0, metric.WithAttributes(attribute.String("outcome", outcome)))
+	}
+	for _, mode := range oplog.Modes {
+		attrs := metric.WithAttributes(attribute.String("mode", string(mode)))
+		m.removed.Add(ctx, 0, attrs)
+		m.removedBytes.Add(ctx, 0, attrs)
+	}
+	return m, nil
+}
