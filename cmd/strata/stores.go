@@ -128,7 +128,8 @@ func openReadOnly(ctx context.Context, cfg config.Config) (*readOnly, error) {
 		st.Close()
 		return nil, fmt.Errorf("blob.url %s: %w (scan and inspect create nothing; strata run creates it)", redact.URL(cfg.Blob.URL), err)
 	}
-	stack, err := archive.DefaultStack(st, blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels})
+	stack, err := archive.DefaultStack(st, blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels,
+		BlobLayout: cfg.Blob.Layout, SegmentGrace: cfg.Blob.GCGrace})
 	if err != nil {
 		st.Close()
 		blobs.Close()
