@@ -95,6 +95,9 @@ type CollectReport struct {
 	Corrupt []string `json:"corrupt,omitempty"`
 	// Failed lists segments kept because a lookup of their rows failed.
 	Failed []CollectFailure `json:"failed,omitempty"`
+	// PutBack counts segments removed and written again at once because rows pointing into them
+	// appeared meanwhile, or the second look failed (each is also counted in Referenced or Failed).
+	PutBack int `json:"put_back,omitempty"`
 	// Vanished counts segments listed that were gone when read (another collector removed them).
 	Vanished int `json:"vanished"`
 	// Foreign counts paths under the segments prefix that are not segment names: never touched.
@@ -130,8 +133,10 @@ type CollectFailure struct {
 // ended: its rows are in the index, or never will be. The collector reads its clock once, before it
 // lists, so every lookup happens when the segment is at least as old as it judged it. And a step that
 // finds itself past half the grace before its rows packs its segment again under a fresh name, and one
-// whose rows land past the grace checks its segment is still there and puts it back (Packed): a slow
-// step and the collector never together leave rows pointing at nothing. The margin between the grace
+// whose rows land past the grace checks its segment is still there and puts it back (Packed), while
+// the collector looks at the rows again after each delete and puts the segment back if some appeared:
+// whichever acts last sees the other's write, so a slow step and the collector never together leave
+// rows pointing at nothing. The margin between the grace
 // and max_agent_duration also absorbs clock skew between the writer's host and the collector's.
 func CollectSegments(ctx context.Context, st is.Storage, blobs BlobStore, mode oplog.Mode, level int, opts CollectOptions) (CollectReport, error) {
 	report := CollectReport{Mode: mode, Level: level, DryRun: opts.DryRun}
@@ -183,6 +188,9 @@ func CollectSegments(ctx context.Context, st is.Storage, blobs BlobStore, mode o
 	return report, nil
 }
 
+// putBackTimeout bounds the second look at a removed segment's rows and its putting back.
+const putBackTimeout = time.Minute
+
 // collectSegment reads the segment at path, older than the grace, and removes it when no row of ns
 // points into it (not in a dry run), counting in report what it found. Its error is a storage error
 // that ends the run.
@@ -215,6 +223,26 @@ func collectSegment(ctx context.Context, st is.Storage, blobs BlobStore, ns, pat
 	if !dryRun {
 		if err := blobs.Delete(ctx, path); err != nil {
 			return fmt.Errorf("delete: %w", err)
+		}
+		// Rows that landed between the lookup and the delete (a step that outran the grace) would now
+		// point at nothing: look once more, and put the segment back if they did, or if the look
+		// fails. The step checks its segment after its rows too (Packed), so whichever of the two
+		// acts last sees the other's write. Neither a shutdown nor a stalled store may cut this
+		// between the delete and the put: it runs on a context of its own, bounded.
+		after, cancel := context.WithTimeout(context.WithoutCancel(ctx), putBackTimeout)
+		defer cancel()
+		again, err := segmentReferenced(after, st, ns, path, chunks)
+		if err != nil || again {
+			if perr := blobs.Put(after, path, data); perr != nil {
+				return fmt.Errorf("put back after its rows appeared (or could not be looked up again): %w", errors.Join(perr, err))
+			}
+			report.PutBack++
+			if err != nil {
+				report.Failed = append(report.Failed, CollectFailure{Segment: path, Err: err.Error()})
+			} else {
+				report.Referenced++
+			}
+			return nil
 		}
 	}
 	report.Removed++

@@ -297,7 +297,7 @@ func TestCollectSegments_KeepsASegmentWhoseLookupFailed(t *testing.T) {
 // it is removed.
 func TestCollectSegments_AStorageErrorEndsTheRunWithWhatWasDone(t *testing.T) {
 	mem, blobs := memory.New(), memory.NewBlobStore()
-	st := &faultyIndex{Storage: mem, failCall: 2}
+	st := &faultyIndex{Storage: mem, failCall: 3} // the first segment's lookup and second look, then the second's lookup
 	const grace = time.Hour
 	first, second, third := segmentAt(3*grace, 1), segmentAt(2*grace, 2), segmentAt(2*grace, 3)
 	for i, p := range []string{first, second, third} {
@@ -315,7 +315,7 @@ func TestCollectSegments_AStorageErrorEndsTheRunWithWhatWasDone(t *testing.T) {
 }
 
 // A segment's chunks are looked up in as few calls as the keys allow: one per chunk of the agent with
-// the most chunks in it, each call taking a key once.
+// the most chunks in it, each call taking a key once (and once more after the delete).
 func TestCollectSegments_LooksUpASegmentsChunksInFewCalls(t *testing.T) {
 	mem, blobs := memory.New(), memory.NewBlobStore()
 	st := &faultyIndex{Storage: mem}
@@ -326,8 +326,8 @@ func TestCollectSegments_LooksUpASegmentsChunksInFewCalls(t *testing.T) {
 	}
 	putSegment(t, blobs, segmentAt(2*grace, 1), chunks...)
 	report := runCollector(t, st, blobs, archive.CollectOptions{Grace: grace})
-	if report.Removed != 1 || !slices.Equal(st.callSizes, []int{101, 1, 1}) {
-		t.Fatalf("report %+v, ClosestLastMany calls of %v keys; want the orphan removed in calls of 101, 1, 1", report, st.callSizes)
+	if report.Removed != 1 || !slices.Equal(st.callSizes, []int{101, 1, 1, 101, 1, 1}) {
+		t.Fatalf("report %+v, ClosestLastMany calls of %v keys; want the orphan removed in calls of 101, 1, 1, twice", report, st.callSizes)
 	}
 }
 
@@ -417,4 +417,54 @@ func TestCollectSegments_ARunBetweenASegmentAndItsRowsKeepsIt(t *testing.T) {
 		t.Fatalf("the run after the drop: %+v, want the segment removed", last)
 	}
 	requireBlobs(t, blobs)
+}
+
+// hookedDelete runs before just before each Delete of its store.
+type hookedDelete struct {
+	archive.BlobStore
+	before func(path string)
+}
+
+func (h *hookedDelete) Delete(ctx context.Context, path string) error {
+	if h.before != nil {
+		h.before(path)
+	}
+	return h.BlobStore.Delete(ctx, path)
+}
+
+// Rows that land between the collector's lookup and its delete (a step that outran the grace) find
+// their segment back when the run ends: the collector looks again after the delete.
+func TestCollectSegments_PutsBackASegmentWhoseRowsLandedDuringItsRemoval(t *testing.T) {
+	st := memory.New()
+	blobs := &hookedDelete{BlobStore: memory.NewBlobStore()}
+	const grace = time.Hour
+	late := segmentAt(2*grace, 1)
+	listed := putSegment(t, blobs, late, segmentChunk{"slow", 1, 3})
+	original, _ := blobs.Get(t.Context(), late)
+	blobs.before = func(path string) {
+		if path == late {
+			indexChunk(t, st, late, listed[0]) // the step's rows, just after the lookup found none
+		}
+	}
+	report := runCollector(t, st, blobs, archive.CollectOptions{Grace: grace})
+	if report.Removed != 0 || report.Referenced != 1 || report.PutBack != 1 {
+		t.Fatalf("report %+v, want the segment put back and counted referenced", report)
+	}
+	if data, err := blobs.Get(t.Context(), late); err != nil || string(data) != string(original) {
+		t.Fatalf("the segment after the run: %d bytes, %v; want it back as it was", len(data), err)
+	}
+}
+
+// When the second look fails, the segment is put back too: nothing says no row appeared.
+func TestCollectSegments_PutsBackARemovedSegmentWhenTheSecondLookFails(t *testing.T) {
+	st := &faultyIndex{Storage: memory.New(), failCall: 2}
+	blobs := memory.NewBlobStore()
+	const grace = time.Hour
+	orphan := segmentAt(2*grace, 1)
+	putSegment(t, blobs, orphan, segmentChunk{"a", 1, 1})
+	report := runCollector(t, st, blobs, archive.CollectOptions{Grace: grace})
+	if report.Removed != 0 || report.PutBack != 1 || len(report.Failed) != 1 {
+		t.Fatalf("report %+v, want the segment put back and counted failed", report)
+	}
+	requireBlobs(t, blobs, orphan)
 }

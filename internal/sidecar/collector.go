@@ -68,7 +68,7 @@ func (s *Sidecar) recordCollect(ctx context.Context, reports []archive.CollectRe
 	log := s.log.With("component", "gc")
 	for _, r := range reports {
 		level := slog.LevelDebug
-		if r.Removed > 0 || len(r.Corrupt) > 0 || len(r.Failed) > 0 {
+		if r.Removed > 0 || r.PutBack > 0 || len(r.Corrupt) > 0 || len(r.Failed) > 0 {
 			level = slog.LevelInfo
 		}
 		if len(r.Corrupt) > 0 || len(r.Failed) > 0 {
@@ -76,7 +76,7 @@ func (s *Sidecar) recordCollect(ctx context.Context, reports []archive.CollectRe
 		}
 		log.Log(ctx, level, "segment collector", "mode", r.Mode, "level", r.Level, "examined", r.Examined,
 			"young", r.Young, "referenced", r.Referenced, "removed", r.Removed, "removed_bytes", r.RemovedBytes,
-			"corrupt", r.Corrupt, "failed", r.Failed, "foreign", r.Foreign)
+			"corrupt", r.Corrupt, "failed", r.Failed, "put_back", r.PutBack, "foreign", r.Foreign)
 		if s.gcMetrics != nil {
 			mode := metric.WithAttributes(attribute.String("mode", string(r.Mode)))
 			s.gcMetrics.removed.Add(ctx, int64(r.Removed), mode)
