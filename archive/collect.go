@@ -136,8 +136,8 @@ type CollectFailure struct {
 // whose rows land past the grace checks its segment is still there and puts it back (Packed), while
 // the collector looks at the rows again after each delete and puts the segment back if some appeared:
 // whichever acts last sees the other's write, so a slow step and the collector never together leave
-// rows pointing at nothing. The margin between the grace
-// and max_agent_duration also absorbs clock skew between the writer's host and the collector's.
+// rows pointing at nothing. The margin between the grace and max_agent_duration also absorbs clock
+// skew between the writer's host and the collector's.
 func CollectSegments(ctx context.Context, st is.Storage, blobs BlobStore, mode oplog.Mode, level int, opts CollectOptions) (CollectReport, error) {
 	report := CollectReport{Mode: mode, Level: level, DryRun: opts.DryRun}
 	if opts.Grace <= 0 {
