@@ -23,9 +23,9 @@ import (
 type Server struct {
 	requests requestCounts
 	backend  *s3mem.Backend
-	srv     *http.Server
-	ln      net.Listener
-	done    chan error
+	srv      *http.Server
+	ln       net.Listener
+	done     chan error
 }
 
 // Handler returns the S3 API on a fresh in-memory backend with buckets created, and the backend (to
