@@ -72,6 +72,14 @@ type CollectOptions struct {
 	After string
 	// DryRun finds what would be removed and removes nothing.
 	DryRun bool
+	// Window, when > 0, limits the run to the segments whose name's time is within Window before the
+	// cutoff (now − Grace): those that crossed the grace lately. A segment's rows are written once, by
+	// the step that wrote it, so a segment that was referenced when it crossed the grace stays so until
+	// a removal of rows (retention, erasure) that owns its clean-up; a collector that runs every
+	// interval with a window of a few intervals reads each segment a few times in its life, not once a
+	// run, and lists only the names of the window (a prefix of their time digits). 0: every segment
+	// older than the grace (strata gc, and the sidecar's first run).
+	Window time.Duration
 }
 
 // CollectReport is what one CollectSegments run found and did. Every segment examined is counted in
@@ -102,6 +110,8 @@ type CollectReport struct {
 	Vanished int `json:"vanished"`
 	// Foreign counts paths under the segments prefix that are not segment names: never touched.
 	Foreign int `json:"foreign"`
+	// Settled counts segments older than the run's Window (listed under its prefix): not read.
+	Settled int `json:"settled,omitempty"`
 	// Next is the last segment this run read when MaxSegments cut it (pass it as After to go on), ""
 	// when the listing was walked to its end.
 	Next   string `json:"next,omitempty"`
@@ -155,6 +165,11 @@ func CollectSegments(ctx context.Context, st is.Storage, blobs BlobStore, mode o
 	}
 	cutoff := now().Add(-opts.Grace)
 	prefix := SegmentsPrefix(mode, level)
+	var settledBefore time.Time
+	if opts.Window > 0 {
+		settledBefore = cutoff.Add(-opts.Window)
+		prefix += commonPrefix(segmentTime(settledBefore), segmentTime(cutoff))
+	}
 	paths, err := blobs.List(ctx, prefix)
 	if err != nil {
 		return report, fmt.Errorf("collect segments: list %s: %w", prefix, err)
@@ -175,6 +190,10 @@ func CollectSegments(ctx context.Context, st is.Storage, blobs BlobStore, mode o
 			report.Young++
 			continue
 		}
+		if created.Before(settledBefore) {
+			report.Settled++
+			continue
+		}
 		if opts.MaxSegments > 0 && read == opts.MaxSegments {
 			report.Next = lastRead
 			return report, nil
@@ -186,6 +205,18 @@ func CollectSegments(ctx context.Context, st is.Storage, blobs BlobStore, mode o
 		}
 	}
 	return report, nil
+}
+
+// segmentTime is t as a segment name writes it: 20 decimal digits of nanoseconds since 1970.
+func segmentTime(t time.Time) string { return fmt.Sprintf("%020d", max(t.UnixNano(), 0)) }
+
+// commonPrefix is the longest prefix a and b share.
+func commonPrefix(a, b string) string {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return a[:n]
 }
 
 // putBackTimeout bounds the second look at a removed segment's rows and its putting back.

@@ -468,3 +468,41 @@ func TestCollectSegments_PutsBackARemovedSegmentWhenTheSecondLookFails(t *testin
 	}
 	requireBlobs(t, blobs, orphan)
 }
+
+// A windowed run reads only the segments that crossed the grace within the window, and lists only the
+// names of the window's times: an orphan from long before it stays for a full run (strata gc) to find.
+func TestCollectSegments_AWindowedRunReadsTheSegmentsThatCrossedTheGraceLately(t *testing.T) {
+	st := memory.New()
+	blobs := newCountingBlobs()
+	const grace, window = time.Hour, 30 * time.Minute
+	old := segmentAt(grace+10*window, 1)    // settled long ago
+	recent := segmentAt(grace+window/2, 2) // crossed the grace within the window
+	young := segmentAt(grace/2, 3)
+	for _, p := range []string{old, recent, young} {
+		putSegment(t, blobs, p, segmentChunk{key: "111e/c:a", first: 1, last: 3})
+	}
+	blobs.reset()
+	var listed []string
+	blobs.before = func(op, path string) {
+		if op == "list" {
+			listed = append(listed, path)
+		}
+	}
+	rep := runCollector(t, st, blobs, archive.CollectOptions{Grace: grace, Window: window})
+	if rep.Removed != 1 || rep.RemovedPaths[0] != recent {
+		t.Fatalf("windowed run %+v, want the recent orphan removed", rep)
+	}
+	if calls := blobs.reset(); calls["get"] != 1 {
+		t.Fatalf("blob calls %v: a windowed run read %d segments, want 1", calls, calls["get"])
+	}
+	prefix := archive.SegmentsPrefix(oplog.Ephemeral, 0)
+	if len(listed) != 1 || len(listed[0]) <= len(prefix)+5 {
+		t.Fatalf("listed %q: want one listing narrowed by the window's time digits", listed)
+	}
+	blobs.before = nil
+	rep = runCollector(t, st, blobs, archive.CollectOptions{Grace: grace})
+	if rep.Removed != 1 || rep.RemovedPaths[0] != old {
+		t.Fatalf("full run %+v, want the settled orphan removed", rep)
+	}
+	requireBlobs(t, blobs.BlobStore, young)
+}

@@ -33,6 +33,10 @@ func CollectAll(ctx context.Context, st is.Storage, blobs archive.BlobStore, opt
 	return reports, nil
 }
 
+// collectWindowIntervals is how many intervals back from the grace a collector run after the first
+// looks: a segment is read by a few runs after it crosses the grace, whatever the runs missed.
+const collectWindowIntervals = 3
+
 // collectLoop runs CollectAll every blob.gc_interval (never when it is 0) until ctx ends, logging what
 // each run found and counting it. A run under way when ctx ends is cut at its next storage call, which
 // is safe: a segment is removed by one call, after it was judged an orphan, and a run cut before that
@@ -48,13 +52,19 @@ func (s *Sidecar) collectLoop(ctx context.Context) {
 		defer t.Stop()
 		ticks = t.C
 	}
+	// The first run looks at every segment past the grace (orphans of the time the sidecar was down
+	// included); later runs at those that crossed it within the last few intervals (Window).
+	var window time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticks:
 		}
-		reports, err := CollectAll(ctx, s.storage, s.blobs, archive.CollectOptions{Grace: s.cfg.Blob.GCGrace, Now: s.now})
+		reports, err := CollectAll(ctx, s.storage, s.blobs, archive.CollectOptions{Grace: s.cfg.Blob.GCGrace, Now: s.now, Window: window})
+		if err == nil {
+			window = collectWindowIntervals * interval
+		}
 		s.recordCollect(ctx, reports, err)
 		if s.afterCollect != nil {
 			s.afterCollect(reports, err)
