@@ -222,9 +222,9 @@ func (p *Packed) Append(ctx context.Context, agent oplog.AgentID, mode oplog.Mod
 // is.MaxBatch oplogs. An oplog's rows conflict, as an indexed layer's do, when its first chunk does not
 // end above the index's last id (another archiver wrote there first): unless the layer already holds
 // exactly those entries (then the append stands, as a rewrite of identical bytes does in the chunk
-// layout), that oplog fails with is.ErrConflict. Either way its chunks stay in the segment unreferenced. An oplog whose entries are invalid
-// fails alone; a segment that cannot be written fails the oplogs of its group (nothing of them is
-// indexed).
+// layout), that oplog fails with is.ErrConflict. Either way its chunks stay in the segment
+// unreferenced. An oplog whose entries are invalid fails alone; a segment that cannot be written fails
+// the oplogs of its group (nothing of them is indexed).
 func (p *Packed) AppendBatch(ctx context.Context, mode oplog.Mode, reqs []oplog.AppendRequest) ([]error, error) {
 	out := make([]error, len(reqs))
 	var parts []packedPart
