@@ -475,7 +475,7 @@ func TestCollectSegments_AWindowedRunReadsTheSegmentsThatCrossedTheGraceLately(t
 	st := memory.New()
 	blobs := newCountingBlobs()
 	const grace, window = time.Hour, 30 * time.Minute
-	old := segmentAt(grace+10*window, 1)    // settled long ago
+	old := segmentAt(grace+10*window, 1)   // settled long ago
 	recent := segmentAt(grace+window/2, 2) // crossed the grace within the window
 	young := segmentAt(grace/2, 3)
 	for _, p := range []string{old, recent, young} {
