@@ -756,3 +756,22 @@ func TestValidate_GCGraceMustExceedTheMaxAgentDurationInEffect(t *testing.T) {
 	requireOneError(t, c.Validate(), `blob.gc_grace: "1h" is not allowed: it must be longer than sweep.max_agent_duration `+
 		`(STRATA_SWEEP_MAX_AGENT_DURATION), "2h" as it applies, or the collector could remove the segment of an archive step still writing its index rows`)
 }
+
+// A blob.gc_grace left at its default follows a longer sweep.max_agent_duration (twice it), so a
+// configuration that only raises the step's timeout loads; one set explicitly is held to the rule.
+func TestParse_ADefaultGCGraceFollowsALongerMaxAgentDuration(t *testing.T) {
+	c, err := Parse([]byte("[sweep]\nmax_agent_duration = \"1h\"\n"), nil)
+	if err != nil {
+		t.Fatalf("max_agent_duration 1h with the default gc_grace: %v", err)
+	}
+	if c.Blob.GCGrace != 2*time.Hour {
+		t.Fatalf("gc_grace %v, want twice max_agent_duration (2h)", c.Blob.GCGrace)
+	}
+	if c, err := Parse(nil, []string{"STRATA_SWEEP_MAX_AGENT_DURATION=10m"}); err != nil || c.Blob.GCGrace != time.Hour {
+		t.Fatalf("a shorter max_agent_duration keeps the default: %v %v", c.Blob.GCGrace, err)
+	}
+	_, err = Parse([]byte("[sweep]\nmax_agent_duration = \"1h\"\n[blob]\ngc_grace = \"1h\"\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "gc_grace") {
+		t.Fatalf("an explicit gc_grace of max_agent_duration: %v, want refused", err)
+	}
+}

@@ -42,7 +42,9 @@ var sections = []section{
 			{name: "gc_grace", doc: "How old a segment must be before the collector may remove it for want of index rows, " +
 				"and so how long an archive step may take between its segment and its rows. It must be longer than " +
 				"sweep.max_agent_duration as it applies (the timeout of the step that writes both); a step that passes " +
-				"half of it before its rows writes its segment again.", rule: durationWithin(gcGrace), untuned: true},
+				"half of it before its rows writes its segment again. Left at its default, it is raised to twice " +
+				"sweep.max_agent_duration as it applies when that is longer; set explicitly, a value not longer is refused.",
+				rule: durationWithin(gcGrace), untuned: true},
 		}},
 	{name: "schedule", doc: "The scheduled_actions store and the scheduler that runs its rows: the archives of " +
 		"durable agents, and of ephemeral agents while the sweep is disabled.",

@@ -167,6 +167,18 @@ func (l labels) of(s *spec) string {
 	return s.key
 }
 
+// raiseDefaultGCGrace makes a blob.gc_grace left at its default twice sweep.max_agent_duration as it
+// applies, when that is longer than the default: a default never conflicts with a key set elsewhere.
+// A grace set explicitly is kept, and validate refuses it if it is not longer than the step's timeout.
+func (c *Config) raiseDefaultGCGrace(from labels) {
+	if _, set := from["blob.gc_grace"]; set {
+		return
+	}
+	if agent := c.Sweep.MaxAgentDurationInEffect(); c.Blob.GCGrace <= agent {
+		c.Blob.GCGrace = min(2*agent, gcGrace.Max)
+	}
+}
+
 // parse applies the file (named path in messages, if not empty), then environ, then the overrides
 // over the defaults, and validates the result.
 func parse(data []byte, path string, environ []string, overrides ...Override) (Config, error) {
@@ -175,6 +187,7 @@ func parse(data []byte, path string, environ []string, overrides ...Override) (C
 	errs := applyTOML(&c, data, path, from)
 	errs = append(errs, applyEnv(&c, environ, from)...)
 	errs = append(errs, applyOverrides(&c, overrides, from)...)
+	c.raiseDefaultGCGrace(from)
 	// Validate even after errors, so one run reports every problem: a value that failed to convert
 	// kept its default, which is valid.
 	if err := c.validate(from); err != nil {
