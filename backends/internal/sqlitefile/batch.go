@@ -238,36 +238,24 @@ func (e *Engine) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID)
 	if !work {
 		return out, nil // DropPrefix(0) of every key: nothing to remove, nothing to lock
 	}
-	c, err := e.writer.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	tx, err := c.BeginTx(ctx, nil) // the writer's BEGIN is IMMEDIATE: the write lock from the start
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback() // a no-op once committed
-	drop, err := tx.PrepareContext(ctx, qDrop)
-	if err != nil {
-		return nil, err
-	}
-	defer drop.Close()
-	for i, r := range reqs {
-		if r.ID == 0 {
-			continue
-		}
-		n, err := execCount(ctx, drop, ns, r.Key, int64(min(r.ID, is.MaxID)))
-		if err != nil {
-			if !KeyFault(ctx, err) || !inTransaction(c) {
-				return nil, err
+	err := e.inWriteTx(ctx, qDrop, func(c *sql.Conn, _ *sql.Tx, drop *sql.Stmt) error {
+		for i, r := range reqs {
+			if r.ID == 0 {
+				continue
 			}
-			out[i].Err = err
-			continue
+			n, err := execCount(ctx, drop, ns, r.Key, int64(min(r.ID, is.MaxID)))
+			if err != nil {
+				if !KeyFault(ctx, err) || !inTransaction(c) {
+					return err
+				}
+				out[i].Err = err
+				continue
+			}
+			out[i].Dropped = uint64(n)
 		}
-		out[i].Dropped = uint64(n)
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -288,38 +276,51 @@ func (e *Engine) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries
 	if !slices.ContainsFunc(reqs, func(r is.KeyEntries) bool { return len(r.Entries) > 0 }) {
 		return out, nil // AppendMany of nothing for every key: nothing to write, nothing to lock
 	}
-	c, err := e.writer.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	tx, err := c.BeginTx(ctx, nil) // the writer's BEGIN is IMMEDIATE: the write lock from the start
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback() // a no-op once committed
-	lastID, err := tx.PrepareContext(ctx, qLastID)
-	if err != nil {
-		return nil, err
-	}
-	defer lastID.Close()
-	for i, r := range reqs {
-		if len(r.Entries) == 0 {
-			continue
+	err := e.inWriteTx(ctx, qLastID, func(c *sql.Conn, tx *sql.Tx, lastID *sql.Stmt) error {
+		for i, r := range reqs {
+			if len(r.Entries) == 0 {
+				continue
+			}
+			keyErr, err := appendPart(ctx, tx, lastID, ns, r.Key, r.Entries)
+			if err == nil && keyErr != nil && (!KeyFault(ctx, keyErr) || !inTransaction(c)) {
+				err = keyErr
+			}
+			if err != nil {
+				return err
+			}
+			out[i] = keyErr
 		}
-		keyErr, err := appendPart(ctx, tx, lastID, ns, r.Key, r.Entries)
-		if err == nil && keyErr != nil && (!KeyFault(ctx, keyErr) || !inTransaction(c)) {
-			err = keyErr
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[i] = keyErr
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// inWriteTx runs fn in one write transaction on the writer (BEGIN IMMEDIATE: the write lock from the
+// start) with query prepared in it, and commits when fn returns nil; an error of fn or of the commit
+// rolls the whole transaction back.
+func (e *Engine) inWriteTx(ctx context.Context, query string, fn func(c *sql.Conn, tx *sql.Tx, stmt *sql.Stmt) error) error {
+	c, err := e.writer.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	tx, err := c.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // a no-op once committed
+	stmt, err := tx.PrepareContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	if err := fn(c, tx, stmt); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // appendPart is one key's part of AppendKeys: the conflict check, then the insert inside a savepoint,
