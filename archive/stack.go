@@ -59,7 +59,11 @@ func DefaultStack(st is.Storage, blobs BlobStore, opts *StackOptions) (*oplog.St
 	if err != nil {
 		return nil, err
 	}
-	return oplog.NewStack(oplog.NewPrimary(st), append(archives, b)...)
+	stack, err := oplog.NewStack(oplog.NewPrimary(st), append(archives, b)...)
+	if err != nil {
+		return nil, err
+	}
+	return stack.WithTombstones(st), nil
 }
 
 // The blob layouts (DESIGN §13): chunks packed into segments with an index in indexed storage, or one

@@ -330,6 +330,7 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 			reqs[k].To = seen[at].Index
 		}
 	}
+	started := s.now()
 	first, err := readMany(ctx, src, mode, reqs)
 	for k, at := range live {
 		var r ReadResult
@@ -356,6 +357,7 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 				entries = []Entry{}
 			}
 			hops[k] = newHop(seen[at].Agent, mode, src, s.layers[i+1:], r.Last, entries)
+			hops[k].tombs, hops[k].started = s.tombs, started
 		}
 	}
 
@@ -443,6 +445,18 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 				fail(k, dres[j].Err)
 			default:
 				hops[k].dropped(upTo[k], dres[j].Dropped)
+			}
+		}
+		// An erasure's side of the drops (hop.afterDrop): a call only where a drop found the source
+		// emptied after an append.
+		each(ctx, len(droppers), func(ctx context.Context, j int) {
+			if k := droppers[j]; !failed[k] {
+				errs[k] = hops[k].afterDrop(ctx)
+			}
+		})
+		for _, k := range droppers {
+			if errs[k] != nil && !failed[k] {
+				fail(k, errs[k])
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	is "github.com/stratalog/strata/indexedstorage"
 )
@@ -44,6 +45,14 @@ type hop struct {
 	// (a batch drain reads them for many hops in one call): step 2 uses it instead of reading it.
 	targetLast *Index
 	step       Step
+
+	// Erasures (Stack.Erase): tombs is where they are recorded (nil: none looked for); started, when the
+	// step first read the source; appended, whether the round under way appended to the target; and
+	// emptied, whether a drop after such an append found the source emptied under it (see afterDrop).
+	tombs    *tombstones
+	started  time.Time
+	appended bool
+	emptied  bool
 
 	// The pass under way: a hop makes passes over the source until one ends without a conflict.
 	next     Index // the pass's next read starts here; past last, the pass is over
@@ -114,7 +123,7 @@ func (h *hop) take(ctx context.Context, batch []Entry) (upTo Index, err error) {
 // and shows any entry at or below it. Those come first, so all of them are verified before the first
 // append or drop.
 func (h *hop) prepare(ctx context.Context, batch []Entry) (above []Entry, err error) {
-	h.end = 0
+	h.end, h.appended = 0, false
 	if len(batch) == 0 {
 		return nil, nil
 	}
@@ -127,7 +136,7 @@ func (h *hop) prepare(ctx context.Context, batch []Entry) (above []Entry, err er
 	atOrBelow, above := known.split(batch)
 	if len(atOrBelow) > 0 {
 		if err := h.verify(ctx, atOrBelow, known); err != nil {
-			return nil, err
+			return nil, h.unlessErased(ctx, err, known)
 		}
 		h.verified = atOrBelow[len(atOrBelow)-1].Index
 	}
@@ -149,6 +158,7 @@ func (h *hop) settle(above []Entry, appendErr error) (upTo Index, err error) {
 		h.next = h.last + 1
 	} else {
 		if len(above) > 0 {
+			h.appended = true
 			h.step.Moved += len(above)
 			for _, e := range above {
 				h.step.Bytes += int64(len(e.Payload))
@@ -290,7 +300,7 @@ func (h *hop) drop(ctx context.Context, upTo Index) error {
 		return err
 	}
 	h.dropped(upTo, dropped)
-	return nil
+	return h.afterDrop(ctx)
 }
 
 // dropped records step 5's drop up to upTo, which removed dropped of the source's units.
@@ -299,4 +309,53 @@ func (h *hop) dropped(upTo Index, dropped uint64) {
 	if upTo >= h.last && dropped > 0 {
 		h.step.Finished = true
 	}
+	h.emptied = h.appended && dropped == 0
+}
+
+// afterDrop is the step's side of an erasure (Stack.Erase), after step 5. An erasure writes its
+// tombstone, then deletes the layers top to bottom. A drop that removed something ran before the
+// erasure reached the source, so what this round appended below came before the erasure reached the
+// layers there, and the erasure removes it. A drop that found the source emptied after this round
+// appended may have lost the race: a concurrent drain moved the entries first (the usual case), or an
+// erasure deleted them, and then perhaps deleted below before the append landed. Only then is the
+// tombstone read; when it says an erasure started before this step could have read the source, the
+// step deletes the agent from every layer below the source and fails with ErrErased. The common path
+// costs no call.
+func (h *hop) afterDrop(ctx context.Context) error {
+	if !h.emptied || h.tombs == nil {
+		return nil
+	}
+	h.emptied = false
+	return h.ifErased(ctx, nil)
+}
+
+// unlessErased is err, step 3's, unless it is ErrIndexReused for entries the source dropped during
+// the step and an erasure explains where they went: then it is ErrErased (ifErased).
+func (h *hop) unlessErased(ctx context.Context, err error, k knownBelow) error {
+	if !errors.Is(err, ErrIndexReused) || k.gone <= k.target {
+		return err
+	}
+	return h.ifErased(ctx, err)
+}
+
+// ifErased looks for an erasure that started before this step could have read the source; finding
+// one, it deletes the agent from every layer below the source and returns ErrErased, else otherwise.
+func (h *hop) ifErased(ctx context.Context, otherwise error) error {
+	if h.tombs == nil {
+		return otherwise
+	}
+	erased, err := h.tombs.honoured(ctx, h.agent, h.mode, h.started)
+	if err != nil {
+		return errors.Join(otherwise, err)
+	}
+	if !erased {
+		return otherwise
+	}
+	for _, l := range h.below {
+		if err := l.Delete(ctx, h.agent, h.mode); err != nil {
+			return fmt.Errorf("%w; deleting what the step wrote to %s: %w", ErrErased, l.Name(), err)
+		}
+	}
+	h.next = h.last + 1 // nothing more to move
+	return ErrErased
 }

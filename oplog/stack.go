@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Stack is an oplog across its layers: the primary on top, then the archive layers, the bottom one last
@@ -14,7 +15,8 @@ import (
 type Stack struct {
 	primary  Layer
 	archives []Layer
-	layers   []Layer // primary, then archives
+	layers   []Layer     // primary, then archives
+	tombs    *tombstones // erasures (WithTombstones); nil: Erase refuses, steps look for none
 }
 
 // NewStack returns the stack primary → archives[0] → … → archives[n-1]. It needs at least one archive
@@ -42,6 +44,14 @@ const MaxLayers = 64
 // ErrStackNotBuilt is returned by the methods of a Stack that NewStack did not build (the zero Stack, or
 // a nil *Stack): it has no layers to read or write.
 var ErrStackNotBuilt = errors.New("oplog stack has no layers: build it with NewStack")
+
+// now is the clock of the stack's archive steps: the tombstones' (time.Now by default).
+func (s *Stack) now() time.Time {
+	if s.tombs != nil {
+		return s.tombs.clock()
+	}
+	return time.Now()
+}
 
 // built reports whether NewStack built s.
 func (s *Stack) built() bool { return s != nil && len(s.layers) > 0 }
@@ -264,6 +274,7 @@ func (s *Stack) ArchiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 // archiveStep is ArchiveStep, which also returns the position in Layers of the step's source (-1: none).
 func (s *Stack) archiveStep(ctx context.Context, agent AgentID, mode Mode) (Step, int, error) {
 	_, top := s.layersOf(mode)
+	started := s.now()
 	for i := top; i < len(s.layers)-1; i++ {
 		srcLast, ok, err := s.layers[i].LastIndex(ctx, agent, mode)
 		if err != nil {
@@ -272,7 +283,7 @@ func (s *Stack) archiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 		if !ok {
 			continue
 		}
-		step, err := s.hop(ctx, agent, mode, i, srcLast, nil)
+		step, err := s.hop(ctx, agent, mode, i, srcLast, nil, started)
 		if err != nil {
 			return step, i, err
 		}
@@ -283,9 +294,10 @@ func (s *Stack) archiveStep(ctx context.Context, agent AgentID, mode Mode) (Step
 }
 
 // hop moves layer i's entries up to srcLast one layer down (see hop); first, when not nil, is the
-// source's first batch already read.
-func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLast Index, first []Entry) (Step, error) {
+// source's first batch already read; started, the time before the step first read the source.
+func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLast Index, first []Entry, started time.Time) (Step, error) {
 	h := newHop(agent, mode, s.layers[i], s.layers[i+1:], srcLast, first)
+	h.tombs, h.started = s.tombs, started
 	step, err := h.run(ctx)
 	if err != nil {
 		return step, fmt.Errorf("archive %s from %s to %s: %w", agent, step.Source, step.Target, err)
@@ -312,6 +324,7 @@ func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer i
 		return Drained{}, fmt.Errorf("drain %s: layer %d is not a layer above the bottom that a %s oplog uses", agent, layer, mode)
 	}
 	src := s.layers[layer]
+	started := s.now()
 	first, last, exists, err := readLast(ctx, src, agent, mode, 1, seen, ChunkLimit)
 	switch {
 	case err != nil:
@@ -321,7 +334,7 @@ func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer i
 	case last != seen:
 		return Drained{}, &MovedOnError{Layer: src.Name(), Seen: seen, Last: last}
 	}
-	step, err := s.hop(ctx, agent, mode, layer, seen, first)
+	step, err := s.hop(ctx, agent, mode, layer, seen, first, started)
 	d := Drained{Moved: step.Moved, Bytes: step.Bytes}
 	// A hop whose entries a concurrent drain (a teardown drain, another sidecar) moved first, wholly or
 	// only its last part, is not this drain's.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/memory"
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 )
 
@@ -143,6 +144,8 @@ func TestStack_TheZeroValueIsRefusedByEveryMethodWithoutPanic(t *testing.T) {
 					args[j] = reflect.ValueOf(oplog.Index(1))
 				case reflect.TypeFor[[]oplog.AgentID]():
 					args[j] = reflect.ValueOf([]oplog.AgentID{agent})
+				case reflect.TypeFor[is.Storage]():
+					args[j] = reflect.ValueOf(memory.New())
 				case reflect.TypeFor[[]oplog.Seen]():
 					args[j] = reflect.ValueOf([]oplog.Seen{{Agent: agent, Index: 1}})
 				default:

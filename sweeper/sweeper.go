@@ -844,6 +844,8 @@ func (s *Sweeper) settle(ctx context.Context, r *route, res archived, d oplog.Dr
 	switch {
 	case errors.As(err, &movedOn):
 		res.outcome, res.current = OutcomeDeclined, movedOn.Last // moved on since the gate
+	case errors.Is(err, oplog.ErrErased):
+		res.outcome = OutcomeDeclined // erased during the step, which removed what it wrote below
 	case errors.Is(err, oplog.ErrStepCap):
 		s.log.Warn("sweep archive reached the step cap; the agent stays tracked", "route", r.Name,
 			"agent", res.agent.Key(), "hops", s.stack.MaxHops(), "err", err)

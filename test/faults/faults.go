@@ -37,6 +37,7 @@ type Injector struct {
 	calls  int
 	failAt int // 1-based call to fail; 0 disarmed
 	when   When
+	hook   func() // run at the armed call instead of failing it (ArmHook)
 	log    []string
 }
 
@@ -44,7 +45,16 @@ type Injector struct {
 func (in *Injector) Arm(k int, when When) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.calls, in.failAt, in.when, in.log = 0, k, when, nil
+	in.calls, in.failAt, in.when, in.log, in.hook = 0, k, when, nil, nil
+}
+
+// ArmHook makes the k-th call from now run fn on the given side of the store instead of failing (a
+// forced interleaving: another actor's whole operation between two calls); it resets the count.
+func (in *Injector) ArmHook(k int, when When, fn func()) {
+	in.Arm(k, when)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.hook = fn
 }
 
 // Count resets the count and disarms: the calls from now are counted only.
@@ -58,21 +68,30 @@ func (in *Injector) Calls() (int, []string) {
 }
 
 // next counts a call and says whether it fails, and when.
-func (in *Injector) next(name string) (fail bool, when When) {
+func (in *Injector) next(name string) (fail bool, when When, hook func()) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.calls++
 	in.log = append(in.log, name)
 	if in.failAt != 0 && in.calls == in.failAt {
-		return true, in.when
+		return true, in.when, in.hook
 	}
-	return false, 0
+	return false, 0, nil
 }
 
 func (in *Injector) run(name string, do func() error) error {
-	fail, when := in.next(name)
+	fail, when, hook := in.next(name)
 	if !fail {
 		return do()
+	}
+	if hook != nil {
+		if when == Before {
+			hook()
+			return do()
+		}
+		err := do()
+		hook()
+		return err
 	}
 	if when == Before {
 		return fmt.Errorf("%s: %w", name, ErrInjected)

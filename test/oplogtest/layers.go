@@ -277,3 +277,31 @@ func (l *Layers) StrandedCount(t testing.TB, agents []oplog.AgentID) int {
 	}
 	return n
 }
+
+// RequireErased checks no layer holds any entry of the agent's oplog in mode: each layer's first and
+// last index are absent, a read of the whole stack is empty, and the blob level has no chunk of it.
+func (l *Layers) RequireErased(t testing.TB, agent oplog.AgentID, mode oplog.Mode) {
+	t.Helper()
+	ctx := t.Context()
+	for _, layer := range l.Stack.Layers() {
+		first, okFirst, err := layer.FirstIndex(ctx, agent, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, okLast, err := layer.LastIndex(ctx, agent, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if okFirst || okLast {
+			t.Fatalf("%s: %s still holds %d..%d after the erasure", agent, layer.Name(), first, last)
+		}
+	}
+	entries, err := l.Stack.Read(ctx, agent, mode, 1, 1000)
+	if err != nil || len(entries) > 0 {
+		t.Fatalf("%s: a read after the erasure returned %d entries (%v)", agent, len(entries), err)
+	}
+	chunks, err := l.BlobChunks(ctx, agent, mode)
+	if err != nil || len(chunks) > 0 {
+		t.Fatalf("%s: the blob level still has %d chunks after the erasure (%v)", agent, len(chunks), err)
+	}
+}
