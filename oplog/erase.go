@@ -3,6 +3,7 @@ package oplog
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -38,9 +39,24 @@ const (
 
 // Erased is what Stack.Erase removed: a line per layer the oplog of mode can use, top first.
 type Erased struct {
-	Agent  AgentID       `json:"agent"`
-	Mode   Mode          `json:"mode"`
-	Layers []ErasedLayer `json:"layers"`
+	Agent  AgentID
+	Mode   Mode
+	Layers []ErasedLayer
+}
+
+// MarshalJSON is {"agent":"component:name","mode":…,"entries":N,"layers":[{"layer":…,"held":…,
+// "first":N,"last":N},…]}: the agent by its key, as every other report names it.
+func (e Erased) MarshalJSON() ([]byte, error) {
+	layers := e.Layers
+	if layers == nil {
+		layers = []ErasedLayer{}
+	}
+	return json.Marshal(struct {
+		Agent   string        `json:"agent"`
+		Mode    Mode          `json:"mode"`
+		Entries uint64        `json:"entries"`
+		Layers  []ErasedLayer `json:"layers"`
+	}{e.Agent.Key(), e.Mode, e.Entries(), layers})
 }
 
 // ErasedLayer is one layer's part of an erasure: whether the layer held entries of the oplog when the

@@ -69,6 +69,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.sweepCommand(),
 		a.scanCommand(),
 		a.inspectCommand(),
+		a.eraseCommand(),
 		a.gcCommand(),
 		a.migrateCommand(),
 		a.demoCommand(),

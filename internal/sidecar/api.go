@@ -28,6 +28,7 @@ import (
 //	PUT  /v1/residency   {"agents":["component:name",…]} — the full resident set
 //	POST /v1/sweep       one tick now; its report
 //	GET  /v1/status      last report, passes, backoff, tracked agents, the feed
+//	DELETE /v1/agents/{key}[?mode=ephemeral|durable]  erase the agent from every layer; what went
 //
 // The write endpoints and GET /v1/status take a bearer token when one is configured (always, when the
 // listener is not a loopback address); the probes and /metrics never do. Bodies are JSON
@@ -47,6 +48,7 @@ func (s *Sidecar) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/residency", s.write(s.putResidency))
 	mux.HandleFunc("POST /v1/sweep", s.write(s.postSweep))
 	mux.HandleFunc("GET /v1/status", s.authorized(s.getStatus))
+	mux.HandleFunc("DELETE /v1/agents/{key...}", s.write(s.deleteAgent))
 	return s.bodyDeadline(s.hostCheck(mux))
 }
 
@@ -206,6 +208,39 @@ func bodyError(err error) error {
 		return badRequest("bad JSON: empty body")
 	}
 	return badRequest("bad JSON: %v", err)
+}
+
+// deleteAgent erases one agent's oplog from every layer (oplog.Stack.Erase) and answers what each
+// layer held. The key is the rest of the path, component:name, percent-encoded where it must be (a
+// name may hold '/'); the mode is the query's, ephemeral by default. A failure part way is a 500 with
+// the error and the layers done so far: the tombstone stays, and the DELETE may be sent again.
+func (s *Sidecar) deleteAgent(w http.ResponseWriter, r *http.Request) error {
+	agent, err := oplog.ParseAgentKey(r.PathValue("key"))
+	if err != nil {
+		return badRequest("agent: %v", err)
+	}
+	query := r.URL.Query()
+	for name := range query {
+		if name != "mode" {
+			return badRequest("unknown query parameter %q: only mode", name)
+		}
+	}
+	mode := oplog.Ephemeral
+	if m := query.Get("mode"); m != "" {
+		if mode, err = oplog.ParseMode(m); err != nil {
+			return badRequest("mode: %v", err)
+		}
+	}
+	erased, err := s.stack.Erase(r.Context(), agent, mode)
+	if err != nil {
+		s.log.Error("erase failed part way; its tombstone stays until an erase of the agent finishes",
+			"agent", agent.Key(), "mode", mode, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error(), "erased": erased})
+		return nil
+	}
+	s.log.Info("agent erased", "agent", agent.Key(), "mode", mode, "entries", erased.Entries())
+	writeJSON(w, http.StatusOK, erased)
+	return nil
 }
 
 type assignmentBody struct {

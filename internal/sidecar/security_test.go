@@ -57,7 +57,7 @@ func TestAPI_ALoopbackListenerRefusesAForeignHost(t *testing.T) {
 	port := srv.Listener.Addr().String()[strings.LastIndex(srv.Listener.Addr().String(), ":"):]
 	for _, host := range []string{"evil.example" + port, "evil.example", "127.0.0.1.evil.example" + port, "10.0.0.1" + port} {
 		for _, c := range []struct{ method, path, body string }{
-			{"GET", "/v1/status", ""}, {"PUT", "/v1/residency", `{"agents":[]}`}, {"POST", "/v1/sweep", ""}, {"GET", "/healthz", ""},
+			{"GET", "/v1/status", ""}, {"PUT", "/v1/residency", `{"agents":[]}`}, {"POST", "/v1/sweep", ""}, {"DELETE", "/v1/agents/a:b", ""}, {"GET", "/healthz", ""},
 		} {
 			if code := callHost(t, srv, c.method, c.path, host, strings.NewReader(c.body)); code != http.StatusMisdirectedRequest {
 				t.Errorf("%s %s with Host %q: %d, want 421", c.method, c.path, host, code)
