@@ -31,6 +31,9 @@ type StackOptions struct {
 	// MaxConcurrentOps bounds the storage operations in flight at once (indexedstorage.Limit); < 1: no
 	// limit beyond the storage's own.
 	MaxConcurrentOps int
+	// Now is the packed layout's clock (PackedOptions.Now; time.Now when nil): the time segment names
+	// carry, which the collector's grace and retention read.
+	Now func() time.Time
 }
 
 // DefaultStack builds the stack the sidecar sweeps: the primary and CompressedLevels compressed levels
@@ -55,7 +58,7 @@ func DefaultStack(st is.Storage, blobs BlobStore, opts *StackOptions) (*oplog.St
 		}
 		archives = append(archives, c)
 	}
-	b, err := NewBlobLayer(st, blobs, 0, opts.BlobLayout, &PackedOptions{Grace: opts.SegmentGrace})
+	b, err := NewBlobLayer(st, blobs, 0, opts.BlobLayout, &PackedOptions{Grace: opts.SegmentGrace, Now: opts.Now})
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,7 @@ type Blob struct {
 	Layout     string        `toml:"layout"`      // archive.LayoutPacked or archive.LayoutChunks (StackOptions.BlobLayout)
 	GCInterval time.Duration `toml:"gc_interval"` // how often the sidecar runs the segment collector; 0: never
 	GCGrace    time.Duration `toml:"gc_grace"`    // archive.CollectOptions.Grace and StackOptions.SegmentGrace
+	Retention  time.Duration `toml:"retention"`   // archive.ExpireOptions.Retention; 0: keep archived oplogs forever
 }
 
 // Schedule is [schedule]: the scheduled_actions store and its scheduler.

@@ -26,6 +26,7 @@ var samples = map[string]any{
 	"blob.layout":                         "chunks",
 	"blob.gc_interval":                    time.Minute,
 	"blob.gc_grace":                       2 * time.Hour,
+	"blob.retention":                      90 * 24 * time.Hour,
 	"schedule.url":                        "memory://",
 	"schedule.archive_interval":           90 * time.Minute,
 	"schedule.lease":                      45 * time.Second,
@@ -66,6 +67,7 @@ var disallowed = map[string][]any{
 	"blob.layout":                         {"", "Packed", "segments"},
 	"blob.gc_interval":                    {-time.Second, time.Nanosecond, 999 * time.Millisecond, 24*time.Hour + 1},
 	"blob.gc_grace":                       {time.Duration(0), -time.Hour, 999 * time.Millisecond, 30*24*time.Hour + 1},
+	"blob.retention":                      {-time.Hour, 59 * time.Second, 100*365*24*time.Hour + 1},
 	"schedule.url":                        {"redis://127.0.0.1:6379/0", "multisqlite:dir", "fs:dir"},
 	"schedule.archive_interval":           {-time.Second, 367 * 24 * time.Hour},
 	"schedule.lease":                      {time.Duration(0), -time.Second, 2 * time.Nanosecond, 999 * time.Millisecond, 25 * time.Hour},
@@ -773,5 +775,24 @@ func TestParse_ADefaultGCGraceFollowsALongerMaxAgentDuration(t *testing.T) {
 	_, err = Parse([]byte("[sweep]\nmax_agent_duration = \"1h\"\n[blob]\ngc_grace = \"1h\"\n"), nil)
 	if err == nil || !strings.Contains(err.Error(), "gc_grace") {
 		t.Fatalf("an explicit gc_grace of max_agent_duration: %v, want refused", err)
+	}
+}
+
+// blob.retention runs with the collector over the packed index: with the chunk layout, or with the
+// collector off, it could never run, so the configuration is refused rather than silently keeping
+// everything.
+func TestValidate_RetentionNeedsThePackedLayoutAndTheCollector(t *testing.T) {
+	c := Default()
+	c.Blob.Retention = 30 * 24 * time.Hour
+	if err := c.Validate(); err != nil {
+		t.Fatalf("retention with the defaults: %v", err)
+	}
+	c.Blob.Layout = "chunks"
+	requireOneError(t, c.Validate(), `blob.retention: "720h" needs blob.layout = "packed" and a blob.gc_interval above 0: `+
+		`retention runs with the segment collector, over the packed layout's index`)
+	c = Default()
+	c.Blob.Retention, c.Blob.GCInterval = time.Hour, 0
+	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "blob.retention: ") {
+		t.Fatalf("retention with the collector off: %v, want refused naming blob.retention", err)
 	}
 }

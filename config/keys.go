@@ -45,6 +45,12 @@ var sections = []section{
 				"half of it before its rows writes its segment again. Left at its default, it is raised to twice " +
 				"sweep.max_agent_duration as it applies when that is longer; set explicitly, a value not longer is refused.",
 				rule: durationWithin(gcGrace), untuned: true},
+			{name: "retention", doc: "How long archived oplogs are kept in the blob layer: the collector's runs (every " +
+				"gc_interval) remove each oplog whose newest chunk was archived longer ago than this, whole (a reader " +
+				"sees all of it or none), its index rows first and then the segments no row points into any more. An " +
+				"oplog a layer above still holds entries of is kept; the compressed levels are never subject to it. " +
+				"It needs the packed layout and a gc_interval.", rule: offOrDurationWithin(retention), untuned: true,
+				note: "0 (the default) keeps archived oplogs forever."},
 		}},
 	{name: "schedule", doc: "The scheduled_actions store and the scheduler that runs its rows: the archives of " +
 		"durable agents, and of ephemeral agents while the sweep is disabled.",
@@ -158,6 +164,9 @@ var (
 	// gcGrace: it must exceed max_agent_duration (at least a second, validated apart); past 30 days
 	// orphans would outlive any reason to keep them.
 	gcGrace = sweeper.Range[time.Duration]{Min: time.Second, Max: 30 * 24 * time.Hour}
+	// retention: under a minute an oplog could expire while the sweep that archived it still reports
+	// it; a hundred years is "forever" written as a number.
+	retention = sweeper.Range[time.Duration]{Min: time.Minute, Max: 100 * 365 * 24 * time.Hour}
 	// maxBodyBytes: under 256 bytes even a small assignment with a lease is refused, so every PUT would
 	// fail; over 1 GiB one request could make the sidecar hold more than the residency feed of any
 	// fleet needs.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/sweeper"
 )
 
@@ -386,6 +387,11 @@ func (c Config) validate(from labels) error {
 		errs = append(errs, fmt.Errorf("%s: %s is not allowed: it must be longer than %s (%s), %s as it applies, "+
 			"or the collector could remove the segment of an archive step still writing its index rows",
 			from.of(g), show(g, grace), a.key, a.env, show(a, agent)))
+	}
+	if c.Blob.Retention > 0 && (c.Blob.Layout == archive.LayoutChunks || c.Blob.GCInterval == 0) {
+		r := byKey["blob.retention"]
+		errs = append(errs, fmt.Errorf("%s: %s needs blob.layout = %q and a blob.gc_interval above 0: "+
+			"retention runs with the segment collector, over the packed layout's index", from.of(r), show(r, c.Blob.Retention), archive.LayoutPacked))
 	}
 	if len(errs) == 0 {
 		// A backstop: the key table's rules are meant to be the sweeper's and the scheduler's, and tests

@@ -61,6 +61,7 @@ func (s *Sidecar) collectLoop(ctx context.Context) {
 			return
 		case <-ticks:
 		}
+		s.expireAll(ctx)
 		reports, err := CollectAll(ctx, s.storage, s.blobs, archive.CollectOptions{Grace: s.cfg.Blob.GCGrace, Now: s.now, Window: window})
 		if err == nil {
 			window = collectWindowIntervals * interval
@@ -68,6 +69,42 @@ func (s *Sidecar) collectLoop(ctx context.Context) {
 		s.recordCollect(ctx, reports, err)
 		if s.afterCollect != nil {
 			s.afterCollect(reports, err)
+		}
+	}
+}
+
+// expireAll removes the archived oplogs older than blob.retention (when set) from the packed blob level
+// of every mode (archive.Packed.Expire), before the collector's run; what it found is logged and
+// counted. Its failure is logged and the next run tries again: nothing younger is lost by a run cut
+// short (config refuses a retention without the packed layout).
+func (s *Sidecar) expireAll(ctx context.Context) {
+	retention := s.cfg.Blob.Retention
+	layers := s.stack.Layers()
+	packed, ok := layers[len(layers)-1].(*archive.Packed)
+	if retention <= 0 || !ok {
+		return
+	}
+	log := s.log.With("component", "retention")
+	for _, mode := range oplog.Modes {
+		r, err := packed.Expire(ctx, layers[:len(layers)-1], mode, archive.ExpireOptions{
+			Retention: retention, Grace: s.cfg.Blob.GCGrace, Now: s.now})
+		level := slog.LevelDebug
+		if r.Expired > 0 {
+			level = slog.LevelInfo
+		}
+		if len(r.Failed) > 0 {
+			level = slog.LevelWarn
+		}
+		log.Log(ctx, level, "retention", "mode", mode, "examined", r.Examined, "expired", r.Expired, "chunks", r.Chunks,
+			"young", r.Young, "above", r.Above, "failed", r.Failed, "segments_removed", r.Segments.Removed)
+		if s.gcMetrics != nil {
+			s.gcMetrics.expired.Add(ctx, int64(r.Expired), metric.WithAttributes(attribute.String("mode", string(mode))))
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("retention run failed; the next collector run tries again", "mode", mode, "err", err)
+			}
+			return
 		}
 	}
 }
@@ -112,6 +149,7 @@ type gcMetrics struct {
 	removed      metric.Int64Counter
 	removedBytes metric.Int64Counter
 	corrupt      metric.Int64Gauge
+	expired      metric.Int64Counter
 }
 
 func newGCMetrics(mp metric.MeterProvider) (*gcMetrics, error) {
@@ -135,6 +173,10 @@ func newGCMetrics(mp metric.MeterProvider) (*gcMetrics, error) {
 			"and worth a look (strata verify).")); err != nil {
 		return nil, err
 	}
+	if m.expired, err = meter.Int64Counter("strata_retention_expired_oplogs",
+		metric.WithDescription("Archived oplogs removed whole for being older than blob.retention, by mode.")); err != nil {
+		return nil, err
+	}
 	// Every series from start-up, at 0, as the sidecar's other counters.
 	ctx := context.Background()
 	for _, outcome := range []string{"ok", "error"} {
@@ -144,6 +186,7 @@ func newGCMetrics(mp metric.MeterProvider) (*gcMetrics, error) {
 		attrs := metric.WithAttributes(attribute.String("mode", string(mode)))
 		m.removed.Add(ctx, 0, attrs)
 		m.removedBytes.Add(ctx, 0, attrs)
+		m.expired.Add(ctx, 0, attrs)
 	}
 	return m, nil
 }

@@ -137,3 +137,43 @@ func TestServe_StopsTheCollectorCleanlyOnShutdown(t *testing.T) {
 		t.Fatal("Serve returned before the collector's run ended")
 	}
 }
+
+// With blob.retention set, each collector run removes the archived oplogs older than it, whole, and
+// keeps the younger ones and any a layer above still holds.
+func TestCollectLoop_ExpiresArchivedOplogsOlderThanTheRetention(t *testing.T) {
+	s, _, clk := testSidecar(t, func(c *config.Config) {
+		c.Blob.GCInterval, c.Blob.GCGrace, c.Blob.Retention = time.Minute, time.Hour, 24*time.Hour
+	})
+	old, stranded := strand(t, s, "old", 5), strand(t, s, "stranded", 3)
+	if _, err := s.stack.Drain(t.Context(), old, oplog.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	ticks := make(chan time.Time)
+	runs := make(chan error)
+	s.collectTicks = ticks
+	s.afterCollect = func(_ []archive.CollectReport, err error) { runs <- err }
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { s.collectLoop(ctx); close(done) }()
+	defer func() { stop(); <-done }()
+
+	ticks <- clk.Now()
+	if err := <-runs; err != nil {
+		t.Fatal(err)
+	}
+	readBack(t, s, old, 5) // a day has not passed
+	clk.Advance(25 * time.Hour)
+	young := strand(t, s, "young", 4)
+	if _, err := s.stack.Drain(t.Context(), young, oplog.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	ticks <- clk.Now()
+	if err := <-runs; err != nil {
+		t.Fatal(err)
+	}
+	readBack(t, s, old, 0)
+	readBack(t, s, stranded, 3) // never archived: the compressed level is not subject to retention
+	if left, err := s.blobs.List(t.Context(), archive.SegmentsPrefix(oplog.Ephemeral, 0)); err != nil || len(left) != 1 {
+		t.Fatalf("segments left %q (%v), want only the young agent's", left, err)
+	}
+}

@@ -115,7 +115,8 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 		return nil, fmt.Errorf("schedule.url: %w", redact.Error(err))
 	}
 	if s.stack, err = archive.DefaultStack(s.storage, s.blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels,
-		BlobLayout: cfg.Blob.Layout, SegmentGrace: cfg.Blob.GCGrace}); err != nil {
+		BlobLayout: cfg.Blob.Layout, SegmentGrace: cfg.Blob.GCGrace,
+		Now: func() time.Time { return s.now() }}); err != nil { // s.now, which tests move, read at each call
 		return nil, err
 	}
 	if s.gcMetrics, err = newGCMetrics(s.provider); err != nil {
