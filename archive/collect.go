@@ -332,6 +332,17 @@ func segmentReferenced(ctx context.Context, st is.Storage, ns, path string, chun
 			if ref.Segment == path {
 				return true, nil
 			}
+			// A row naming a segment compaction moved points here when the moves lead here.
+			if mode, level, _, ok := ParseSegmentPath(path); ok {
+				at, moved, found, err := followMoves(ctx, st, mode, level, ref)
+				if err != nil {
+					failed = cmp.Or(failed, fmt.Errorf("row %d of %q: %w", c.Last, c.Key, err))
+					continue
+				}
+				if moved && found && at.Segment == path && at.Offset == c.Offset {
+					return true, nil
+				}
+			}
 		}
 	}
 	if failed != nil {

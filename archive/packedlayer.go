@@ -124,7 +124,7 @@ func (p *Packed) ReadLast(ctx context.Context, agent oplog.AgentID, mode oplog.M
 func (p *Packed) read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, from, to oplog.Index, limit oplog.ReadLimit, withLast bool) ([]oplog.Entry, oplog.Index, bool, error) {
 	ns, key := oplog.BlobIndexNamespace(mode, p.level), agent.StoredKey()
 	return readIndexed(ctx, p.st, p.name, ns, agent, from, to, limit, withLast, func(ctx context.Context, row is.Entry) ([]byte, bool, error) {
-		data, err := p.chunk(ctx, ns, key, row)
+		data, err := p.chunk(ctx, mode, ns, key, row)
 		if errors.Is(err, errRowGone) {
 			return nil, false, nil
 		}
@@ -137,12 +137,23 @@ func (p *Packed) read(ctx context.Context, agent oplog.AgentID, mode oplog.Mode,
 var errRowGone = errors.New("blob index row removed during the read")
 
 // chunk reads the chunk row points to: one ranged read of its segment, checked against the row.
-func (p *Packed) chunk(ctx context.Context, ns, key string, row is.Entry) ([]byte, error) {
+func (p *Packed) chunk(ctx context.Context, mode oplog.Mode, ns, key string, row is.Entry) ([]byte, error) {
 	ref, err := DecodeSegmentRef(row.Value, oplog.Index(row.ID))
 	if err != nil {
 		return nil, err
 	}
 	data, err := GetRange(ctx, p.store, ref.Segment, int64(ref.Offset), int64(ref.Length))
+	if errors.Is(err, ErrBlobNotFound) {
+		// Compaction rewrote the segment: its moves say where the chunk went (CompactSegments).
+		at, moved, found, merr := followMoves(ctx, p.st, mode, p.level, ref)
+		if merr != nil {
+			return nil, merr
+		}
+		if moved && found {
+			ref = at
+			data, err = GetRange(ctx, p.store, ref.Segment, int64(ref.Offset), int64(ref.Length))
+		}
+	}
 	if errors.Is(err, ErrBlobNotFound) {
 		// Rows go before their segment (retention, erasure, the collector): a row still there
 		// means the chunk is lost.

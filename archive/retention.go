@@ -143,8 +143,12 @@ func (p *Packed) expireOne(ctx context.Context, above []oplog.Layer, agent oplog
 		return &report.Moved, err
 	}
 	for _, row := range rows {
-		if ref, err := DecodeSegmentRef(row.Value, oplog.Index(row.ID)); err == nil {
+		if ref, err := DecodeSegmentRef(row.Value, oplog.Index(row.ID)); err == nil && !segments[ref.Segment] {
 			segments[ref.Segment] = true
+			// Where compaction moved it, if it did: that segment may hold nothing live any more either.
+			if to, err := movedTo(ctx, p.st, mode, p.level, ref.Segment); err == nil {
+				segments[to] = true
+			}
 		}
 	}
 	report.Expired++
