@@ -71,6 +71,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.inspectCommand(),
 		a.eraseCommand(),
 		a.gcCommand(),
+		a.compactCommand(),
 		a.migrateCommand(),
 		a.demoCommand(),
 		a.configCommand(),
