@@ -72,7 +72,13 @@ func TestOplog_EraseRacingADrainNeverBringsTheAgentBack(t *testing.T) {
 		if b.Name != "memory" {
 			testenv.SkipUnlessLong(t, "erasures racing drains on engines other than memory")
 		}
-		oplogtest.EachBlobKind(t, crashBlobKinds(b), func(t *testing.T, k oplogtest.BlobKind) {
+		// The blob store is not what an erasure races on: the engines run over the file system, memory
+		// over every kind.
+		kinds := crashBlobKinds(b)
+		if b.Name != "memory" {
+			kinds = oplogtest.PackedBlobKinds[:1]
+		}
+		oplogtest.EachBlobKind(t, kinds, func(t *testing.T, k oplogtest.BlobKind) {
 			in, l := injectedLayers(t, b, k)
 			eraser := oplogtest.NewLayersIn(t, l.St, l.Blobs, k.Layout)
 			fixed := func() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
