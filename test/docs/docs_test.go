@@ -213,10 +213,10 @@ func TestStorageFormat_BucketVectorsAreTheCodes(t *testing.T) {
 	}
 }
 
-// knownNamespace reports whether ns is a namespace strata keeps an oplog layer in.
+// knownNamespace reports whether ns is a namespace strata keeps an oplog layer (or erasures) in.
 func knownNamespace(ns string) bool {
 	for _, m := range oplog.Modes {
-		if ns == oplog.PrimaryNamespace(m) {
+		if ns == oplog.PrimaryNamespace(m) || ns == oplog.ErasedNamespace(m) {
 			return true
 		}
 		if rest, ok := strings.CutPrefix(ns, string(m)+"/compressed/"); ok {
