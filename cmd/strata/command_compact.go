@@ -59,10 +59,7 @@ func (a *app) compactCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	f = addStoreFlags(cmd, keyStorage, keyBlob)
-	graceFlag := &urlFlag{key: keyGCGrace, name: "grace"}
-	f.urls = append(f.urls, graceFlag)
-	fl.StringVar(&graceFlag.value, "grace", "", fmt.Sprintf("`DURATION` a segment must be older than to be rewritten (%s, $%s), "+
-		"longer than sweep.max_agent_duration", keyGCGrace, config.EnvName(keyGCGrace)))
+	addGraceFlag(cmd, f, "rewritten")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per mode and blob level (JSON Lines)")
 	fl.BoolVar(&dryRun, "dry-run", false, "write nothing; report what would be rewritten")
 	return cmd

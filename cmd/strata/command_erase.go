@@ -43,13 +43,9 @@ func (a *app) eraseCommand() *cobra.Command {
 		Long:  eraseLong,
 		Args:  exactArgs(1, "one AGENT (component:name)"),
 		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
-			agent, err := oplog.ParseAgentKey(args[0])
+			agent, m, err := agentAndMode(args[0], mode)
 			if err != nil {
-				return &usageError{err.Error()}
-			}
-			m, err := oplog.ParseMode(mode)
-			if err != nil {
-				return &usageError{err.Error()}
+				return err
 			}
 			// The stores must exist: opened read-only first, which creates nothing and says what is
 			// missing, then for writing as a one-shot sweep opens them.
@@ -66,9 +62,8 @@ func (a *app) eraseCommand() *cobra.Command {
 			return erase(cmd.Context(), redactingWriter{cmd.OutOrStdout()}, sc.Stack(), agent, m, asJSON)
 		}),
 	}
-	cmd.Flags().StringVar(&mode, "mode", "ephemeral", "agent `MODE`: ephemeral or durable")
+	addModeFlag(cmd, &mode)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object: the agent, the mode, the entries erased and each layer's part")
-	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
 	f = addStoreFlags(cmd, keyStorage, keyBlob)
 	return cmd
 }

@@ -56,15 +56,20 @@ func (a *app) gcCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	f = addStoreFlags(cmd, keyStorage, keyBlob)
-	// --grace is blob.gc_grace set from the command line: checked, and held longer than
-	// sweep.max_agent_duration, exactly as the configuration's key.
-	graceFlag := &urlFlag{key: keyGCGrace, name: "grace"}
-	f.urls = append(f.urls, graceFlag)
-	fl.StringVar(&graceFlag.value, "grace", "", fmt.Sprintf("`DURATION` a segment must be older than to be removed (%s, $%s), "+
-		"longer than sweep.max_agent_duration", keyGCGrace, config.EnvName(keyGCGrace)))
+	addGraceFlag(cmd, f, "removed")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per mode and blob level (JSON Lines)")
 	fl.BoolVar(&dryRun, "dry-run", false, "remove nothing; report what would be removed")
 	return cmd
+}
+
+// addGraceFlag adds --grace, blob.gc_grace set from the command line: checked, and held longer than
+// sweep.max_agent_duration, exactly as the configuration's key. done says what happens to a segment
+// older than it.
+func addGraceFlag(cmd *cobra.Command, f *storeFlags, done string) {
+	graceFlag := &urlFlag{key: keyGCGrace, name: "grace"}
+	f.urls = append(f.urls, graceFlag)
+	cmd.Flags().StringVar(&graceFlag.value, "grace", "", fmt.Sprintf("`DURATION` a segment must be older than to be %s (%s, $%s), "+
+		"longer than sweep.max_agent_duration", done, keyGCGrace, config.EnvName(keyGCGrace)))
 }
 
 // collectGarbage opens the stores cfg names, which must exist, and runs the collector over every mode

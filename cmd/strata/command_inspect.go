@@ -32,13 +32,9 @@ func (a *app) inspectCommand() *cobra.Command {
 		Long:  inspectLong,
 		Args:  exactArgs(1, "one AGENT (component:name)"),
 		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
-			agent, err := oplog.ParseAgentKey(args[0])
+			agent, m, err := agentAndMode(args[0], mode)
 			if err != nil {
-				return &usageError{err.Error()}
-			}
-			m, err := oplog.ParseMode(mode)
-			if err != nil {
-				return &usageError{err.Error()}
+				return err
 			}
 			ro, err := f.openReadOnly(cmd, a)
 			if err != nil {
@@ -48,11 +44,29 @@ func (a *app) inspectCommand() *cobra.Command {
 			return inspect(cmd.Context(), redactingWriter{cmd.OutOrStdout()}, ro.stack, agent, m, asJSON)
 		}),
 	}
-	cmd.Flags().StringVar(&mode, "mode", "ephemeral", "agent `MODE`: ephemeral or durable")
+	addModeFlag(cmd, &mode)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object: the agent, the mode and each layer's first, last and entries")
-	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
 	f = addStoreFlags(cmd, keyStorage, keyBlob)
 	return cmd
+}
+
+// agentAndMode parses an AGENT argument and a --mode value; either bad is a usage error.
+func agentAndMode(key, mode string) (oplog.AgentID, oplog.Mode, error) {
+	agent, err := oplog.ParseAgentKey(key)
+	if err != nil {
+		return oplog.AgentID{}, "", &usageError{err.Error()}
+	}
+	m, err := oplog.ParseMode(mode)
+	if err != nil {
+		return oplog.AgentID{}, "", &usageError{err.Error()}
+	}
+	return agent, m, nil
+}
+
+// addModeFlag adds --mode, the agent's mode, ephemeral by default, with its completion.
+func addModeFlag(cmd *cobra.Command, mode *string) {
+	cmd.Flags().StringVar(mode, "mode", "ephemeral", "agent `MODE`: ephemeral or durable")
+	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes)
 }
 
 func inspect(ctx context.Context, stdout redactingWriter, stack *oplog.Stack, agent oplog.AgentID, m oplog.Mode, asJSON bool) error {
