@@ -92,6 +92,11 @@ func TestCompactSegments_RewritesSegmentsHoldingErasedChunksAndReadersFollow(t *
 	if got := r.segments(t); len(got) != 2 {
 		t.Fatalf("%d segments after compaction, want 2 (the old one deleted)", len(got))
 	}
+	// Verification follows the move: the rows naming the deleted segment find their chunks.
+	if v, err := archive.Verify(t.Context(), r.st, r.blobs, oplog.Ephemeral, 0, archive.VerifyOptions{Grace: time.Hour,
+		Now: func() time.Time { return r.now }}); err != nil || len(v.Findings) != 0 || v.Chunks != 3 {
+		t.Fatalf("verify after compaction: %+v, %v; want 3 chunks and no finding", v, err)
+	}
 	// The new segment is referenced through the move: the collector, long past the grace, keeps it.
 	r.now = r.now.Add(3 * time.Hour)
 	if c := r.collect(t); c.Removed != 0 || c.Referenced != 2 {
