@@ -72,6 +72,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.eraseCommand(),
 		a.gcCommand(),
 		a.compactCommand(),
+		a.verifyCommand(),
 		a.migrateCommand(),
 		a.demoCommand(),
 		a.configCommand(),

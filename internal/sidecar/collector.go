@@ -190,3 +190,19 @@ func newGCMetrics(mp metric.MeterProvider) (*gcMetrics, error) {
 	}
 	return m, nil
 }
+
+// VerifyAll runs archive.Verify for every mode and every level of CollectedLevels, in turn, and
+// returns each run's report. An error ends it with the reports so far, the failed run's last.
+func VerifyAll(ctx context.Context, st is.Storage, blobs archive.BlobStore, opts archive.VerifyOptions) ([]archive.VerifyReport, error) {
+	var reports []archive.VerifyReport
+	for _, mode := range oplog.Modes {
+		for _, level := range CollectedLevels {
+			r, err := archive.Verify(ctx, st, blobs, mode, level, opts)
+			reports = append(reports, r)
+			if err != nil {
+				return reports, err
+			}
+		}
+	}
+	return reports, nil
+}
