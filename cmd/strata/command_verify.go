@@ -128,4 +128,3 @@ func printVerifyReports(stdout redactingWriter, reports []archive.VerifyReport, 
 	}
 	tw.Flush()
 }
-
