@@ -27,6 +27,7 @@ import (
 type Config struct {
 	Storage   Storage   `toml:"storage"`
 	Blob      Blob      `toml:"blob"`
+	Scrub     Scrub     `toml:"scrub"`
 	Schedule  Schedule  `toml:"schedule"`
 	Stack     Stack     `toml:"stack"`
 	Sweep     Sweep     `toml:"sweep"`
@@ -47,6 +48,13 @@ type Blob struct {
 	GCInterval time.Duration `toml:"gc_interval"` // how often the sidecar runs the segment collector; 0: never
 	GCGrace    time.Duration `toml:"gc_grace"`    // archive.CollectOptions.Grace and StackOptions.SegmentGrace
 	Retention  time.Duration `toml:"retention"`   // archive.ExpireOptions.Retention; 0: keep archived oplogs forever
+}
+
+// Scrub is [scrub]: the sidecar's background verification of the blob layer (archive.Verify).
+type Scrub struct {
+	Interval    time.Duration `toml:"interval"`     // how often a scrub runs; 0: never (the default)
+	MaxBytes    int           `toml:"max_bytes"`    // archive.VerifyOptions.MaxBytes: what one run reads at most
+	MaxDuration time.Duration `toml:"max_duration"` // archive.VerifyOptions.MaxDuration: how long one run reads at most
 }
 
 // Schedule is [schedule]: the scheduled_actions store and its scheduler.
@@ -126,6 +134,7 @@ func Default() Config {
 		Storage: Storage{URL: "sqlite:strata-data/strata.db"},
 		Blob: Blob{URL: "fs:strata-data/blobs", Layout: archive.LayoutPacked,
 			GCInterval: DefaultGCInterval, GCGrace: archive.DefaultSegmentGrace},
+		Scrub: Scrub{MaxBytes: 1 << 30, MaxDuration: 10 * time.Minute},
 		Schedule: Schedule{
 			URL:             "sqlite:strata-data/strata.db",
 			ArchiveInterval: 24 * time.Hour,

@@ -27,6 +27,9 @@ var samples = map[string]any{
 	"blob.gc_interval":                    time.Minute,
 	"blob.gc_grace":                       2 * time.Hour,
 	"blob.retention":                      90 * 24 * time.Hour,
+	"scrub.interval":                      6 * time.Hour,
+	"scrub.max_bytes":                     1 << 34,
+	"scrub.max_duration":                  time.Hour,
 	"schedule.url":                        "memory://",
 	"schedule.archive_interval":           90 * time.Minute,
 	"schedule.lease":                      45 * time.Second,
@@ -68,6 +71,9 @@ var disallowed = map[string][]any{
 	"blob.gc_interval":                    {-time.Second, time.Nanosecond, 999 * time.Millisecond, 24*time.Hour + 1},
 	"blob.gc_grace":                       {time.Duration(0), -time.Hour, 999 * time.Millisecond, 30*24*time.Hour + 1},
 	"blob.retention":                      {-time.Hour, 59 * time.Second, 100*365*24*time.Hour + 1},
+	"scrub.interval":                      {-time.Minute, 59 * time.Second, 30*24*time.Hour + 1},
+	"scrub.max_bytes":                     {0, 1<<20 - 1, 1<<50 + 1},
+	"scrub.max_duration":                  {time.Duration(0), 999 * time.Millisecond, 24*time.Hour + 1},
 	"schedule.url":                        {"redis://127.0.0.1:6379/0", "multisqlite:dir", "fs:dir"},
 	"schedule.archive_interval":           {-time.Second, 367 * 24 * time.Hour},
 	"schedule.lease":                      {time.Duration(0), -time.Second, 2 * time.Nanosecond, 999 * time.Millisecond, 25 * time.Hour},
@@ -450,7 +456,7 @@ interval = "1s"
 	if err == nil {
 		t.Fatal("no error")
 	}
-	sections := "[storage], [blob], [schedule], [stack], [sweep], [http], [residency], [log]"
+	sections := "[storage], [blob], [scrub], [schedule], [stack], [sweep], [http], [residency], [log]"
 	keys := "enabled, interval, page_size, max_concurrency, archive_batch, max_archives_per_tick, max_scanned_per_tick, " +
 		"max_tracked_agents, max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, " +
 		"durable_min_idle, durable_max_archives_per_tick, durable_max_scanned_per_tick"

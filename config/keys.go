@@ -52,6 +52,16 @@ var sections = []section{
 				"It needs the packed layout and a gc_interval.", rule: offOrDurationWithin(retention), untuned: true,
 				note: "0 (the default) keeps archived oplogs forever."},
 		}},
+	{name: "scrub", doc: "The background scrub: the sidecar reads the archived chunks back, as strata verify does, and " +
+		"counts what it finds (strata_scrub_findings by kind), so that an object store that loses data is noticed.",
+		keys: []spec{
+			{name: "interval", doc: "How often a scrub runs. Each run verifies every mode's blob level within its budgets " +
+				"and sets the findings gauge; a run cut by a budget verifies what it read.",
+				rule: offOrDurationWithin(scrubInterval), untuned: true, note: "0 (the default) runs no scrub."},
+			{name: "max_bytes", doc: "The most one scrub reads from the blob store.", unit: "bytes",
+				rule: intWithin(scrubMaxBytes), untuned: true},
+			{name: "max_duration", doc: "The longest one scrub reads.", rule: durationWithin(scrubMaxDuration), untuned: true},
+		}},
 	{name: "schedule", doc: "The scheduled_actions store and the scheduler that runs its rows: the archives of " +
 		"durable agents, and of ephemeral agents while the sweep is disabled.",
 		keys: []spec{
@@ -164,6 +174,10 @@ var (
 	// gcGrace: it must exceed max_agent_duration (at least a second, validated apart); past 30 days
 	// orphans would outlive any reason to keep them.
 	gcGrace = sweeper.Range[time.Duration]{Min: time.Second, Max: 30 * 24 * time.Hour}
+	// scrub: a run a minute at most (each reads the blob layer); a month between runs at most.
+	scrubInterval    = sweeper.Range[time.Duration]{Min: time.Minute, Max: 30 * 24 * time.Hour}
+	scrubMaxBytes    = sweeper.Range[int]{Min: 1 << 20, Max: 1 << 50}
+	scrubMaxDuration = sweeper.Range[time.Duration]{Min: time.Second, Max: 24 * time.Hour}
 	// retention: under a minute an oplog could expire while the sweep that archived it still reports
 	// it; a hundred years is "forever" written as a number.
 	retention = sweeper.Range[time.Duration]{Min: time.Minute, Max: 100 * 365 * 24 * time.Hour}

@@ -60,6 +60,10 @@ type Sidecar struct {
 	// gcMetrics are the segment collector's instruments; collectTicks, when set, replaces its ticker
 	// and afterCollect, when set, is told of each run (tests drive and watch the loop with them).
 	gcMetrics    *gcMetrics
+	// scrubMetrics are the scrub's; scrubTicks and afterScrub drive and watch its loop in tests.
+	scrubMetrics *scrubMetrics
+	scrubTicks   <-chan time.Time
+	afterScrub   func([]archive.VerifyReport, error)
 	collectTicks <-chan time.Time
 	afterCollect func([]archive.CollectReport, error)
 
@@ -117,6 +121,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 	if s.stack, err = archive.DefaultStack(s.storage, s.blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels,
 		BlobLayout: cfg.Blob.Layout, SegmentGrace: cfg.Blob.GCGrace,
 		Now: func() time.Time { return s.now() }}); err != nil { // s.now, which tests move, read at each call
+		return nil, err
+	}
+	if s.scrubMetrics, err = newScrubMetrics(s.provider); err != nil {
 		return nil, err
 	}
 	if s.gcMetrics, err = newGCMetrics(s.provider); err != nil {
@@ -312,6 +319,7 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	})
 	wg.Go(func() { s.collectLoop(ctx) })
+	wg.Go(func() { s.scrubLoop(ctx) })
 
 	select {
 	case <-ctx.Done():
