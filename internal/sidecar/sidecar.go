@@ -59,7 +59,7 @@ type Sidecar struct {
 
 	// gcMetrics are the segment collector's instruments; collectTicks, when set, replaces its ticker
 	// and afterCollect, when set, is told of each run (tests drive and watch the loop with them).
-	gcMetrics    *gcMetrics
+	gcMetrics *gcMetrics
 	// scrubMetrics are the scrub's; scrubTicks and afterScrub drive and watch its loop in tests.
 	scrubMetrics *scrubMetrics
 	scrubTicks   <-chan time.Time
