@@ -44,6 +44,11 @@ type Config struct {
 	// MaxArchivesPerTick bounds the archive attempts of a tick; declined and failed attempts count
 	// (0: the default, 256).
 	MaxArchivesPerTick int
+	// MaxBytesPerSecond bounds the payload bytes the archive moves, over a window (a token bucket of
+	// one second's worth; 0: no bound): a batch starts only while the bucket holds some, and what it
+	// moved is taken from it when it ends, so the rate over a window exceeds the bound by at most the
+	// batches under way at once. Agents it holds back wait for the next tick, counted in the report.
+	MaxBytesPerSecond int
 	// MaxScannedPerTick bounds the keys a tick examines, so a tick cannot walk a namespace far larger
 	// than the work in it (0: the default, 4096). Soft by one page: a page is never trimmed.
 	MaxScannedPerTick int
@@ -135,6 +140,7 @@ var (
 	MaxConcurrencyRange      = Range[int]{Min: 1, Max: 1024}
 	ArchiveBatchRange        = Range[int]{Min: 0, Max: is.MaxBatch}
 	MaxArchivesPerTickRange  = Range[int]{Min: 1, Max: 1_000_000}
+	MaxBytesPerSecondRange   = Range[int]{Min: 1024, Max: 1 << 40}
 	MaxScannedPerTickRange   = Range[int]{Min: 1, Max: 100_000_000}
 	MaxTrackedAgentsRange    = Range[int]{Min: 1, Max: 100_000_000}
 	MaxTickDurationRange     = Range[time.Duration]{Min: 0, Max: 24 * time.Hour}
@@ -169,6 +175,7 @@ func (c Config) Validate() error {
 		check("max_concurrency", c.MaxConcurrency, MaxConcurrencyRange),
 		check("archive_batch", c.ArchiveBatch, ArchiveBatchRange),
 		check("max_archives_per_tick", c.MaxArchivesPerTick, MaxArchivesPerTickRange),
+		check("max_bytes_per_second", c.MaxBytesPerSecond, MaxBytesPerSecondRange),
 		check("max_scanned_per_tick", c.MaxScannedPerTick, MaxScannedPerTickRange),
 		check("max_tracked_agents", c.MaxTrackedAgents, MaxTrackedAgentsRange),
 		check("max_tick_duration", c.MaxTickDuration, MaxTickDurationRange),

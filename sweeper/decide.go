@@ -215,6 +215,7 @@ func idle(lastActive time.Time, known bool, born, now time.Time, minIdle time.Du
 type sighting struct {
 	index oplog.Index
 	pass  uint64
+	first time.Time // when the agent was first sighted (kept by every later sighting): the lag's start
 }
 
 // assess is the quiet gate: an agent moves only when its last index is unchanged since a sighting from

@@ -109,12 +109,12 @@ func TestAssess_QuietGateNeedsAnEarlierPass(t *testing.T) {
 		pass    uint64
 		move    bool
 	}{
-		{sighting{}, false, 5, 2, false},    // never seen
-		{sighting{5, 1}, true, 5, 2, true},  // unchanged since the last pass
-		{sighting{5, 2}, true, 5, 2, false}, // seen in this pass already (a duplicate key)
-		{sighting{4, 1}, true, 5, 2, false}, // moved on
-		{sighting{5, 1}, true, 5, 7, true},  // any earlier pass will do
-		{sighting{6, 1}, true, 5, 2, false}, // went back (a second lifetime)
+		{sighting{}, false, 5, 2, false},                 // never seen
+		{sighting{index: 5, pass: 1}, true, 5, 2, true},  // unchanged since the last pass
+		{sighting{index: 5, pass: 2}, true, 5, 2, false}, // seen in this pass already (a duplicate key)
+		{sighting{index: 4, pass: 1}, true, 5, 2, false}, // moved on
+		{sighting{index: 5, pass: 1}, true, 5, 7, true},  // any earlier pass will do
+		{sighting{index: 6, pass: 1}, true, 5, 2, false}, // went back (a second lifetime)
 	} {
 		if got := assess(c.seen, c.known, c.current, c.pass); got != c.move {
 			t.Fatalf("assess(%+v, %v, %d, %d) = %v", c.seen, c.known, c.current, c.pass, got)

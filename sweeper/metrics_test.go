@@ -108,6 +108,9 @@ func gaugePoints(t *testing.T, reader *sdkmetric.ManualReader) map[string]float6
 		if reason, ok := attrs.Value("reason"); ok {
 			return name + "{reason=" + reason.AsString() + "}"
 		}
+		if route, ok := attrs.Value("route"); ok {
+			return name + "{route=" + route.AsString() + "}"
+		}
 		return name
 	}
 	for _, sm := range rm.ScopeMetrics {

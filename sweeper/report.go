@@ -30,6 +30,14 @@ type RouteReport struct {
 	// and holds unarchived after the tick: waiting for a quiet second sighting, through the gate but
 	// not yet afforded by a budget, declined as moved on, or failed. See route.unarchived.
 	Unarchived int
+	// The lag of those agents: when the oldest was first sighted (zero when none), the entries they hold
+	// (the sum of their last indices as the gate read them) and those entries' bytes, estimated at the
+	// route's bytes an entry moved so far.
+	OldestUnarchived  time.Time
+	UnarchivedEntries uint64
+	UnarchivedBytes   int64
+	// ByteBudgetDeferred counts the agents sweep.max_bytes_per_second held back to the next tick.
+	ByteBudgetDeferred int
 	// Unreadable lists the first MaxUnreadableListed keys (or files) the walk could not read; all of
 	// them are counted in Outcomes[OutcomeUnreadable].
 	Unreadable []UnreadableKey
@@ -291,8 +299,48 @@ func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
 	if err != nil {
 		return nil, err
 	}
+	lagAgents, err := meter.Int64ObservableGauge("oplog_sweep_lag_agents",
+		metric.WithDescription("Agents a route found and holds unarchived after the last tick: waiting at the gate for a quiet "+
+			"second sighting, or for a budget, or declined or failed (RouteReport.Unarchived)."))
+	if err != nil {
+		return nil, err
+	}
+	lagOldest, err := meter.Float64ObservableGauge("oplog_sweep_lag_oldest", metric.WithUnit("s"),
+		metric.WithDescription("How long ago the oldest of those agents was first sighted; it keeps rising between ticks "+
+			"and while ticks do not run."))
+	if err != nil {
+		return nil, err
+	}
+	lagEntries, err := meter.Int64ObservableGauge("oplog_sweep_lag_entries",
+		metric.WithDescription("The entries those agents hold, as the gate read their last indices."))
+	if err != nil {
+		return nil, err
+	}
+	lagBytes, err := meter.Int64ObservableGauge("oplog_sweep_lag_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Those entries' bytes, estimated at the bytes an entry the route has moved (0 until it moved one)."))
+	if err != nil {
+		return nil, err
+	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := s.Status()
+		now := s.opts.Now()
+		for _, r := range s.routes {
+			var rr RouteReport
+			for _, last := range st.Last.Routes {
+				if last.Route == r.Name {
+					rr = last
+				}
+			}
+			route := metric.WithAttributes(attribute.String("route", r.Name))
+			oldest := 0.0
+			if !rr.OldestUnarchived.IsZero() {
+				oldest = max(now.Sub(rr.OldestUnarchived).Seconds(), 0)
+			}
+			o.ObserveInt64(lagAgents, int64(rr.Unarchived), route)
+			o.ObserveFloat64(lagOldest, oldest, route)
+			o.ObserveInt64(lagEntries, int64(rr.UnarchivedEntries), route)
+			o.ObserveInt64(lagBytes, rr.UnarchivedBytes, route)
+		}
 		o.ObserveInt64(tracked, int64(st.Tracked))
 		o.ObserveInt64(hits, int64(st.DeadlineHits))
 		for _, reason := range s.standDownReasons() {
@@ -308,7 +356,7 @@ func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
 		}
 		o.ObserveFloat64(age, tickAge)
 		return nil
-	}, tracked, hits, standingDown, age)
+	}, tracked, hits, standingDown, age, lagAgents, lagOldest, lagEntries, lagBytes)
 	return m, err
 }
 

@@ -115,6 +115,9 @@ type route struct {
 	scanned uint64
 	pending []candidate // passed the gate, not yet afforded by an archive budget
 	starved bool        // a tick could not afford it: it goes first next tick
+	// movedEntries and movedBytes are what the route has moved since New: the bytes an entry that
+	// estimates its backlog's bytes (lag).
+	movedEntries, movedBytes int64
 }
 
 type candidate struct {
@@ -135,6 +138,8 @@ type Sweeper struct {
 	m      *instruments
 
 	born time.Time // when New built it: the durable route's "active" for an agent LastActive does not know
+	// bytes is sweep.max_bytes_per_second's bucket (nil: no bound); safe for concurrent use.
+	bytes *byteBucket
 
 	// mu is held by a tick from start to end (one tick at a time); it guards the fields below it and
 	// the routes' walk state (route's fields after Route).
@@ -185,6 +190,9 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	}
 	s := &Sweeper{cfg: cfg.clamped(), stack: stack, opts: opts, log: opts.Logger,
 		reasons: slices.Clone(opts.StandDownReasons), born: opts.Now()}
+	if cfg.MaxBytesPerSecond > 0 {
+		s.bytes = newByteBucket(cfg.MaxBytesPerSecond, opts.Now())
+	}
 	// Layers are told apart by their position in the stack, never by ==: a Layer's dynamic type need
 	// not be comparable.
 	layers := stack.Layers()
@@ -351,7 +359,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 		}
 	}
 	for _, i := range sequence {
-		reports[i].Unarchived = s.routes[i].unarchived(s.tracked)
+		s.routes[i].lag(s.tracked, &reports[i])
 		rep.Routes = append(rep.Routes, reports[i])
 	}
 	return rep
@@ -623,7 +631,7 @@ func (s *Sweeper) decide(r *route, key string, sg sight) (candidate, Outcome, er
 		s.tracked.update(r.id, key, sighting{index: last, pass: r.pass})
 		return candidate{key: key, agent: agent, index: last}, "", nil
 	}
-	if !s.tracked.track(r.id, key, sighting{index: last, pass: r.pass}) {
+	if !s.tracked.track(r.id, key, sighting{index: last, pass: r.pass, first: s.opts.Now()}) {
 		return candidate{}, OutcomeUntracked, nil
 	}
 	return candidate{}, OutcomeWaiting, nil
@@ -691,13 +699,25 @@ dispatch:
 			rr.Truncated = reason
 			break dispatch
 		}
+		if s.bytes != nil && !s.bytes.allow(s.opts.Now()) {
+			rr.ByteBudgetDeferred += len(cands) - started
+			break dispatch
+		}
 		started += len(batch)
 		s.progress(func(p *Progress) { p.Started += len(batch) })
 		wg.Go(func() {
 			defer func() { <-slots }()
 			batchCtx, cancel := context.WithTimeout(t.stepBase, s.cfg.MaxAgentDuration)
 			defer cancel()
-			results <- s.archiveBatch(batchCtx, r, batch)
+			done := s.archiveBatch(batchCtx, r, batch)
+			if s.bytes != nil {
+				var moved int64
+				for _, res := range done {
+					moved += res.drained.Bytes
+				}
+				s.bytes.spend(s.opts.Now(), moved)
+			}
+			results <- done
 			s.progress(func(p *Progress) { p.Done += len(batch) })
 		})
 	}

@@ -32,7 +32,9 @@ func (t *tracker) lookup(route int, key string) (sighting, bool) {
 // unless the tracker is full, which track reports as false.
 func (t *tracker) track(route int, key string, s sighting) bool {
 	table := t.tables[route]
-	if _, ok := table[key]; !ok {
+	if old, ok := table[key]; ok {
+		s.first = old.first // the lag counts from the first sighting
+	} else {
 		if t.n >= t.limit {
 			return false
 		}
@@ -44,7 +46,8 @@ func (t *tracker) track(route int, key string, s sighting) bool {
 
 // update overwrites the route's entry for key, and adds none: an agent forgotten meanwhile stays so.
 func (t *tracker) update(route int, key string, s sighting) {
-	if _, ok := t.tables[route][key]; ok {
+	if old, ok := t.tables[route][key]; ok {
+		s.first = old.first
 		t.tables[route][key] = s
 	}
 }
