@@ -81,6 +81,7 @@ type Sweep struct {
 	MaxConcurrency      int           `toml:"max_concurrency"`
 	ArchiveBatch        int           `toml:"archive_batch"`
 	MaxArchivesPerTick  int           `toml:"max_archives_per_tick"`
+	MaxBytesPerSecond   int           `toml:"max_bytes_per_second"`
 	MaxScannedPerTick   int           `toml:"max_scanned_per_tick"`
 	MaxTrackedAgents    int           `toml:"max_tracked_agents"`
 	MaxTickDuration     time.Duration `toml:"max_tick_duration"`
@@ -152,6 +153,7 @@ func Default() Config {
 			MaxConcurrency:      sw.MaxConcurrency,
 			ArchiveBatch:        sw.ArchiveBatch,
 			MaxArchivesPerTick:  sw.MaxArchivesPerTick,
+			MaxBytesPerSecond:   sw.MaxBytesPerSecond,
 			MaxScannedPerTick:   sw.MaxScannedPerTick,
 			MaxTrackedAgents:    sw.MaxTrackedAgents,
 			MaxTickDuration:     sw.MaxTickDuration,
@@ -207,6 +209,7 @@ func (c Config) SweeperConfig() sweeper.Config {
 		MaxConcurrency:      s.MaxConcurrency,
 		ArchiveBatch:        s.ArchiveBatch,
 		MaxArchivesPerTick:  s.MaxArchivesPerTick,
+		MaxBytesPerSecond:   s.MaxBytesPerSecond,
 		MaxScannedPerTick:   s.MaxScannedPerTick,
 		MaxTrackedAgents:    s.MaxTrackedAgents,
 		MaxTickDuration:     cmp.Or(s.MaxTickDuration, sweeper.MinTickDuration),

@@ -44,6 +44,7 @@ var samples = map[string]any{
 	"sweep.max_concurrency":               2,
 	"sweep.archive_batch":                 32,
 	"sweep.max_archives_per_tick":         1000,
+	"sweep.max_bytes_per_second":          1 << 20,
 	"sweep.max_scanned_per_tick":          10_000,
 	"sweep.max_tracked_agents":            5000,
 	"sweep.max_tick_duration":             10 * time.Second,
@@ -87,6 +88,7 @@ var disallowed = map[string][]any{
 	"sweep.max_concurrency":               {0, 1025},
 	"sweep.archive_batch":                 {-1, 4097},
 	"sweep.max_archives_per_tick":         {0, 1_000_001},
+	"sweep.max_bytes_per_second":          {-1, 1023, 1<<40 + 1},
 	"sweep.max_scanned_per_tick":          {0, math.MaxInt},
 	"sweep.max_tracked_agents":            {0, 100_000_001},
 	"sweep.max_tick_duration":             {-time.Second, 25 * time.Hour},
@@ -457,7 +459,7 @@ interval = "1s"
 		t.Fatal("no error")
 	}
 	sections := "[storage], [blob], [scrub], [schedule], [stack], [sweep], [http], [residency], [log]"
-	keys := "enabled, interval, page_size, max_concurrency, archive_batch, max_archives_per_tick, max_scanned_per_tick, " +
+	keys := "enabled, interval, page_size, max_concurrency, archive_batch, max_archives_per_tick, max_bytes_per_second, max_scanned_per_tick, " +
 		"max_tracked_agents, max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, " +
 		"durable_min_idle, durable_max_archives_per_tick, durable_max_scanned_per_tick"
 	want := []string{
@@ -521,7 +523,7 @@ func TestEnv_OverridesTheFile(t *testing.T) {
 func TestEnv_UnknownKeyUnderAKnownSectionIsRejected(t *testing.T) {
 	for variable, want := range map[string]string{
 		"STRATA_SWEEP_PAGESIZE=64": `STRATA_SWEEP_PAGESIZE: [sweep] has no key "pagesize": want STRATA_SWEEP_<KEY> with a key of ` +
-			"enabled, interval, page_size, max_concurrency, archive_batch, max_archives_per_tick, max_scanned_per_tick, max_tracked_agents, " +
+			"enabled, interval, page_size, max_concurrency, archive_batch, max_archives_per_tick, max_bytes_per_second, max_scanned_per_tick, max_tracked_agents, " +
 			"max_tick_duration, max_backoff_intervals, max_agent_duration, shutdown_grace, durable_min_idle, " +
 			"durable_max_archives_per_tick, durable_max_scanned_per_tick",
 		"STRATA_LOG_COLOR=1":  `STRATA_LOG_COLOR: [log] has no key "color": want STRATA_LOG_<KEY> with a key of level, format`,
@@ -667,7 +669,7 @@ func TestSweeperConfig_CarriesTheSection(t *testing.T) {
 			s.set(&c, samples[s.key])
 		}
 	}
-	want := sweeper.Config{Enabled: false, Interval: 15 * time.Second, PageSize: 64, MaxConcurrency: 2, ArchiveBatch: 32, MaxArchivesPerTick: 1000,
+	want := sweeper.Config{Enabled: false, Interval: 15 * time.Second, PageSize: 64, MaxConcurrency: 2, ArchiveBatch: 32, MaxArchivesPerTick: 1000, MaxBytesPerSecond: 1 << 20,
 		MaxScannedPerTick: 10_000, MaxTrackedAgents: 5000, MaxTickDuration: 10 * time.Second, MaxBackoffIntervals: 1,
 		MaxAgentDuration: 5 * time.Second, ShutdownGrace: 10 * time.Second,
 		DurableMinIdle: 6 * time.Hour, DurableMaxArchivesPerTick: 64, DurableMaxScannedPerTick: 2048}

@@ -102,6 +102,10 @@ var sections = []section{
 				untuned: true, note: "0 means page_size."},
 			{name: "max_archives_per_tick", doc: "Archive attempts a tick may make; declined and failed attempts count.",
 				unit: "archives", rule: intWithin(sweeper.MaxArchivesPerTickRange), untuned: true},
+			{name: "max_bytes_per_second", doc: "The payload bytes the archive moves a second, over a window: a token bucket " +
+				"of one second's worth. A batch starts only while the bucket holds some and pays for what it moved when it " +
+				"ends; the agents it holds back wait for the next tick (ByteBudgetDeferred in the tick report).",
+				unit: "bytes", rule: offOrIntWithin(sweeper.MaxBytesPerSecondRange), untuned: true, note: "0 (the default) is no bound."},
 			{name: "max_scanned_per_tick", doc: "Keys a tick may examine; soft by one page, since a page is never trimmed.",
 				unit: "keys", rule: intWithin(sweeper.MaxScannedPerTickRange), untuned: true},
 			{name: "max_tracked_agents", doc: "Backstop on the tracking table: when it is full, new agents go untracked " +
@@ -249,6 +253,12 @@ func durationBetween(lo, hi time.Duration) rule {
 func intWithin(r bounds.Range[int]) rule { return intBetween(r.Min, r.Max) }
 
 func durationWithin(r bounds.Range[time.Duration]) rule { return durationBetween(r.Min, r.Max) }
+
+// offOrIntWithin allows 0 (off) and the integers of r.
+func offOrIntWithin(r bounds.Range[int]) rule {
+	return rule{want: fmt.Sprintf("0 (off) or an integer from %d to %d", r.Min, r.Max),
+		ok: func(v any) bool { return v.(int) == 0 || v.(int) >= r.Min && v.(int) <= r.Max }}
+}
 
 // offOrDurationWithin allows 0 (off) and the durations of r.
 func offOrDurationWithin(r bounds.Range[time.Duration]) rule {
