@@ -122,6 +122,20 @@ type Status struct {
 	// Unparseable is the most recent keys the walks met that are no agent's stored key, newest last,
 	// at most MaxUnparseableListed.
 	Unparseable []UnparseableKey
+	// Lag is each route's backlog as the last tick that swept it left it: a tick that stood down, was
+	// disabled or did not reach the route leaves it as it was, since the agents still wait (and the
+	// oldest grows older), which the gauges and their alert must go on showing.
+	Lag map[string]RouteLag
+}
+
+// RouteLag is a route's backlog after a tick: RouteReport's Unarchived, OldestUnarchived,
+// UnarchivedEntries and UnarchivedBytes.
+type RouteLag struct {
+	Agents      int       `json:"agents"`
+	OldestSince time.Time `json:"-"` // zero when none waits
+	Entries     uint64    `json:"entries"`
+	Bytes       int64     `json:"bytes"`
+	TickStart   time.Time `json:"tick_start"` // the tick that measured it
 }
 
 // Progress is where the tick under way is.
@@ -152,6 +166,7 @@ func (s *Sweeper) Status() Status {
 	st.Passes = maps.Clone(s.status.Passes)
 	st.Unreadable = slices.Clone(s.status.Unreadable)
 	st.Unparseable = slices.Clone(s.status.Unparseable)
+	st.Lag = maps.Clone(s.status.Lag)
 	if s.status.Current != nil {
 		current := *s.status.Current
 		st.Current = &current
@@ -200,11 +215,19 @@ func (s *Sweeper) finish(rep *Report) {
 		unreadable = slices.Clone(unreadable[extra:])
 	}
 	unparseable := latestUnparseable(s.status.Unparseable, rep.Routes)
+	lag := maps.Clone(s.status.Lag)
+	if lag == nil {
+		lag = make(map[string]RouteLag, len(s.routes))
+	}
+	for _, rr := range rep.Routes {
+		lag[rr.Route] = RouteLag{Agents: rr.Unarchived, OldestSince: rr.OldestUnarchived, Entries: rr.UnarchivedEntries,
+			Bytes: rr.UnarchivedBytes, TickStart: rep.Start}
+	}
 	if rep.StandDownReason != "" && !slices.Contains(s.reasons, rep.StandDownReason) {
 		s.reasons = append(s.reasons, rep.StandDownReason)
 	}
 	s.status = Status{Last: *rep, Passes: passes, Tracked: s.tracked.len(), DeadlineHits: s.hits, NextWait: rep.NextWait,
-		StandDownReason: rep.StandDownReason, Unreadable: unreadable, Unparseable: unparseable}
+		StandDownReason: rep.StandDownReason, Unreadable: unreadable, Unparseable: unparseable, Lag: lag}
 	s.statusMu.Unlock()
 	s.m.record(*rep)
 }
@@ -325,21 +348,16 @@ func newInstruments(mp metric.MeterProvider, s *Sweeper) (*instruments, error) {
 		st := s.Status()
 		now := s.opts.Now()
 		for _, r := range s.routes {
-			var rr RouteReport
-			for _, last := range st.Last.Routes {
-				if last.Route == r.Name {
-					rr = last
-				}
-			}
+			lag := st.Lag[r.Name]
 			route := metric.WithAttributes(attribute.String("route", r.Name))
 			oldest := 0.0
-			if !rr.OldestUnarchived.IsZero() {
-				oldest = max(now.Sub(rr.OldestUnarchived).Seconds(), 0)
+			if !lag.OldestSince.IsZero() {
+				oldest = max(now.Sub(lag.OldestSince).Seconds(), 0)
 			}
-			o.ObserveInt64(lagAgents, int64(rr.Unarchived), route)
+			o.ObserveInt64(lagAgents, int64(lag.Agents), route)
 			o.ObserveFloat64(lagOldest, oldest, route)
-			o.ObserveInt64(lagEntries, int64(rr.UnarchivedEntries), route)
-			o.ObserveInt64(lagBytes, rr.UnarchivedBytes, route)
+			o.ObserveInt64(lagEntries, int64(lag.Entries), route)
+			o.ObserveInt64(lagBytes, lag.Bytes, route)
 		}
 		o.ObserveInt64(tracked, int64(st.Tracked))
 		o.ObserveInt64(hits, int64(st.DeadlineHits))

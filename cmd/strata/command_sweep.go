@@ -110,7 +110,7 @@ func sweepOnce(cmd *cobra.Command, sc *sidecar.Sidecar, asJSON bool, gap time.Du
 		rep := sc.Sweeper().SweepOnce(ctx)
 		stop := run.observe(rep)
 		if asJSON {
-			raw, _ := json.Marshal(onceReportJSON(rep))
+			raw, _ := json.Marshal(sidecar.ReportJSON(rep))
 			fmt.Fprintln(stdout, string(raw))
 		} else {
 			fmt.Fprintf(stdout, "tick %d: %s\n", run.ticks, summarize(rep))
@@ -138,18 +138,6 @@ func sweepOnce(cmd *cobra.Command, sc *sidecar.Sidecar, asJSON bool, gap time.Du
 		return fmt.Errorf("interrupted after %d ticks, before the sweep completed", run.ticks)
 	}
 	return run.err()
-}
-
-// onceReportJSON is a tick's report as sweep --once --json prints it: the API's, with each route's
-// count of agents it found and left unarchived.
-func onceReportJSON(rep sweeper.Report) map[string]any {
-	out := sidecar.ReportJSON(rep)
-	if routes, ok := out["routes"].([]map[string]any); ok && len(routes) == len(rep.Routes) {
-		for i, rr := range rep.Routes {
-			routes[i]["unarchived"] = rr.Unarchived
-		}
-	}
-	return out
 }
 
 // unreadableOf lists the unreadable keys the tick's routes listed.

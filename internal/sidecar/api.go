@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -420,6 +422,7 @@ func (s *Sidecar) getStatus(w http.ResponseWriter, _ *http.Request) {
 			"standing_down":     st.StandDownReason,
 			"unreadable":        orEmpty(st.Unreadable),
 			"unparseable":       orEmpty(st.Unparseable),
+			"lag":               lagsJSON(st.Lag, s.now()),
 		},
 		"feed": s.feed.status(),
 		// A PUT /v1/residency being read, and those waiting their turn behind it.
@@ -470,6 +473,8 @@ func ReportJSON(rep sweeper.Report) map[string]any {
 			"pass_completed": rr.PassCompleted, "truncated": rr.Truncated, "errors": rr.Errors,
 			"moved_entries": rr.Moved, "moved_bytes": rr.Bytes, "archived": archived,
 			"unreadable": orEmpty(rr.Unreadable), "unparseable": orEmpty(rr.Unparseable),
+			"unarchived": rr.Unarchived, "lag": lagJSON(sweeper.RouteLag{Agents: rr.Unarchived,
+				OldestSince: rr.OldestUnarchived, Entries: rr.UnarchivedEntries, Bytes: rr.UnarchivedBytes}), "byte_budget_deferred": rr.ByteBudgetDeferred,
 		})
 	}
 	return map[string]any{
@@ -480,6 +485,34 @@ func ReportJSON(rep sweeper.Report) map[string]any {
 		"deadline_hits": rep.DeadlineHits, "next_wait_seconds": rep.NextWait.Seconds(), "tracked_agents": rep.Tracked,
 		"routes": routes,
 	}
+}
+
+// lagJSON is a route's backlog after a tick: the agents it holds unarchived, when the oldest of them
+// was first sighted (null when none), their entries and estimated bytes.
+func lagJSON(lag sweeper.RouteLag) map[string]any {
+	var oldest any
+	if !lag.OldestSince.IsZero() {
+		oldest = lag.OldestSince
+	}
+	return map[string]any{"agents": lag.Agents, "oldest_first_sighted": oldest, "entries": lag.Entries, "bytes": lag.Bytes}
+}
+
+// lagsJSON is every route's backlog as the last tick that swept it measured it, with the oldest's age
+// at now (it keeps rising while ticks stand down), as the lag gauges show it; a list in route order.
+func lagsJSON(lags map[string]sweeper.RouteLag, now time.Time) []map[string]any {
+	out := make([]map[string]any, 0, len(lags))
+	for _, route := range slices.Sorted(maps.Keys(lags)) {
+		lag := lags[route]
+		view := lagJSON(lag)
+		view["route"] = route
+		view["measured_by_tick_started"] = lag.TickStart
+		view["oldest_seconds"] = 0.0
+		if !lag.OldestSince.IsZero() {
+			view["oldest_seconds"] = max(now.Sub(lag.OldestSince).Seconds(), 0)
+		}
+		out = append(out, view)
+	}
+	return out
 }
 
 // routesJSON is the sweep's routes as /v1/status shows them, in snake_case like every other key.

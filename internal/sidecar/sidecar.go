@@ -138,6 +138,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Opti
 		StandDownReasons: []string{StandDownResidencyStale},
 		MeterProvider:    s.provider,
 		Logger:           log.With("component", "sweep"),
+		Now:              func() time.Time { return s.now() }, // the lag's ages on the clock tests move
 	}
 	if built(opts).noExecutor {
 		// No executor: nothing is resident and no feed can go stale.
