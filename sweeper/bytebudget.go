@@ -1,14 +1,16 @@
 package sweeper
 
 import (
+	"math"
 	"sync"
 	"time"
 )
 
 // byteBucket is sweep.max_bytes_per_second: a token bucket of bytes, refilled at rate a second up to
 // one second's worth. What a batch moves is known only when it ends, so spending may take the bucket
-// below zero; a new batch starts only while it holds some (allow). Over any window of T seconds the
-// bytes spent are at most rate·(T+1) plus what the batches under way at its end move.
+// below zero; a new batch starts only while it holds some (wait is 0), and the archive phase waits for
+// it otherwise. Over any window of T seconds the bytes spent are at most rate·(T+1) plus what the
+// batches under way at its end move.
 type byteBucket struct {
 	mu     sync.Mutex
 	rate   float64 // bytes a second
@@ -28,12 +30,16 @@ func (b *byteBucket) refill(now time.Time) {
 	}
 }
 
-// allow reports whether a batch may start at now: the bucket is not empty.
-func (b *byteBucket) allow(now time.Time) bool {
+// wait is how long from now until the bucket holds some bytes again: 0 when it does now.
+func (b *byteBucket) wait(now time.Time) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)
-	return b.tokens > 0
+	if b.tokens > 0 {
+		return 0
+	}
+	// Rounded up, and past the instant tokens reach exactly 0, so that the wait ends with some in it.
+	return time.Duration(math.Ceil(-b.tokens/b.rate*float64(time.Second))) + time.Millisecond
 }
 
 // spend takes the bytes a batch moved from the bucket.

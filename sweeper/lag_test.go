@@ -1,6 +1,7 @@
 package sweeper_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -81,43 +82,57 @@ func TestLag_GaugesMatchAKnownBacklog(t *testing.T) {
 	}
 }
 
-// sweep.max_bytes_per_second holds the archive back once a second's bytes are moved: the rest of the
-// tick's agents wait for the next tick, counted in the report, and go once the bucket refills.
-func TestByteBudget_HoldsTheArchiveBackUntilTheBucketRefills(t *testing.T) {
+// sweep.max_bytes_per_second paces the archive: a batch starts only while the bucket holds bytes, and
+// the archive phase waits for it otherwise, so what a tick moves over the time it ran stays within the
+// rate (plus the bucket's one second's worth and the batch that took it below zero); what the tick cannot
+// wait for within three quarters of its deadline is deferred to the next one, counted in the report,
+// without the tick counting as a deadline hit.
+func TestByteBudget_PacesTheArchiveAndDefersWhatTheTickCannotWaitFor(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	var slept time.Duration
 	cfg := config()
-	cfg.MaxBytesPerSecond, cfg.ArchiveBatch, cfg.MaxConcurrency = 1024, 2, 1
-	e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) { o.Now = clock.Now }))
+	cfg.MaxBytesPerSecond, cfg.ArchiveBatch, cfg.MaxConcurrency, cfg.MaxTickDuration = 1024, 2, 1, 8*time.Second
+	e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) {
+		o.Now = clock.Now
+		o.Sleep = func(ctx context.Context, d time.Duration) error { slept += d; clock.advance(d); return ctx.Err() }
+	}))
 	for i := range 10 {
-		e.strand(agent(fmt.Sprint("bytes-", i)), 1, 120) // over 1 KiB each: one batch of 2 empties the bucket
+		e.strand(agent(fmt.Sprint("bytes-", i)), 1, 120) // over 1 KiB each: a batch of 2 empties the bucket
 	}
 	e.tick()
-	rep := e.tick() // through the gate: the first batch spends the bucket, the rest wait
+	start := clock.Now()
+	rep := e.tick() // through the gate: paced at 1 KiB/s until 6 s (3/4 of 8 s) into the tick
 	rr := rep.Routes[0]
-	batchBytes := rr.Bytes
-	if rr.Outcomes[sweeper.OutcomeArchived] != 2 || rr.ByteBudgetDeferred != 8 || batchBytes <= 1024 {
-		t.Fatalf("outcomes %v, deferred %d, bytes %d; want one batch of 2 over 1 KiB and 8 deferred", rr.Outcomes,
-			rr.ByteBudgetDeferred, batchBytes)
+	elapsed := clock.Now().Sub(start)
+	perAgent := rr.Bytes / int64(max(rr.Outcomes[sweeper.OutcomeArchived], 1))
+	if rr.Outcomes[sweeper.OutcomeArchived] == 0 || perAgent <= 512 {
+		t.Fatalf("outcomes %v, %d bytes: want batches of over 1 KiB archived", rr.Outcomes, rr.Bytes)
 	}
-	if rep := e.tick(); rep.Routes[0].Outcomes[sweeper.OutcomeArchived] != 0 || rep.Routes[0].ByteBudgetDeferred != 8 {
-		t.Fatalf("a tick at the same instant archived %d: the bucket is in debt", rep.Routes[0].Outcomes[sweeper.OutcomeArchived])
+	if slept == 0 || elapsed > 6*time.Second {
+		t.Fatalf("the tick slept %v and ran %v: want it paced, waiting no later than 6 s into it", slept, elapsed)
 	}
-	// Second by second, what moved stays within the bucket's bound: the rate times the seconds passed
-	// plus one second's worth, plus the batch that took the bucket below zero.
-	archived, moved := 2, batchBytes
-	for elapsed := 1; archived < 10 && elapsed <= 60; elapsed++ {
+	if bound := int64(1024*(elapsed.Seconds()+1)) + 2*perAgent; rr.Bytes > bound {
+		t.Fatalf("%d bytes moved in %v: over the bucket's bound %d", rr.Bytes, elapsed, bound)
+	}
+	// It moved as much as the rate allows: a batch more would have fitted only past 6 s.
+	if floor := int64(1024*elapsed.Seconds()) - 2*perAgent; rr.Bytes < floor {
+		t.Fatalf("%d bytes moved in %v: under the rate's %d, so it waited longer than it had to", rr.Bytes, elapsed, floor)
+	}
+	t.Logf("first tick: %d archived, %d bytes in %v (slept %v), %d deferred", rr.Outcomes[sweeper.OutcomeArchived], rr.Bytes, elapsed, slept, rr.ByteBudgetDeferred)
+	left := 10 - rr.Outcomes[sweeper.OutcomeArchived]
+	if left == 0 || rr.ByteBudgetDeferred != left || rr.Truncated != "" || rep.DeadlineHit {
+		t.Fatalf("%d left, %d deferred, truncated %q, deadline hit %v: want the rest deferred, not truncated", left,
+			rr.ByteBudgetDeferred, rr.Truncated, rep.DeadlineHit)
+	}
+	archived := 10 - left
+	for range 10 {
+		if archived == 10 {
+			break
+		}
 		clock.advance(time.Second)
-		rr := e.tick().Routes[0]
-		archived += rr.Outcomes[sweeper.OutcomeArchived]
-		moved += rr.Bytes
-		if bound := int64(1024*(elapsed+1)) + batchBytes; moved > bound {
-			t.Fatalf("after %d s: %d bytes moved, over the bound %d", elapsed, moved, bound)
-		}
-		if rr.Outcomes[sweeper.OutcomeArchived]+rr.ByteBudgetDeferred != 10-archived+rr.Outcomes[sweeper.OutcomeArchived] {
-			t.Fatalf("after %d s: %d archived, %d deferred, %d left", elapsed, rr.Outcomes[sweeper.OutcomeArchived], rr.ByteBudgetDeferred, 10-archived)
-		}
+		archived += e.tick().Routes[0].Outcomes[sweeper.OutcomeArchived]
 	}
 	if archived != 10 {
-		t.Fatalf("%d of 10 archived after the bucket refilled", archived)
+		t.Fatalf("%d of 10 archived by the later ticks", archived)
 	}
 }

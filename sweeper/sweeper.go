@@ -72,6 +72,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// Sleep waits d, or until ctx ends (its error then): how the archive phase waits for the byte
+	// budget (Config.MaxBytesPerSecond). nil: a timer. A test that moves Now gives one that moves it.
+	Sleep func(ctx context.Context, d time.Duration) error
 	// FirstTickJitter gives the fraction of Config.Interval that Run waits before its first tick, from
 	// [0, 1) (firstWait), so that sidecars started together, as a rollout starts them, spread their ticks
 	// over an interval instead of ticking in step (River staggers its first run the same way). nil: a
@@ -172,6 +175,9 @@ func New(cfg Config, stack *oplog.Stack, opts Options) (*Sweeper, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Sleep == nil {
+		opts.Sleep = backoff.Wait
 	}
 	if opts.DurableRoute {
 		var missing []string
@@ -334,7 +340,8 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (rep Report) {
 	// finish but cannot be held by them for longer than that.
 	stepBase, release := grace.After(ctx, s.cfg.ShutdownGrace, errShutdownGrace)
 	defer release()
-	t := &tick{shutdown: ctx, ctx: tickCtx, stepBase: stepBase, assign: assign, budgets: planBudgets(s.cfg, s.Routes())}
+	t := &tick{shutdown: ctx, ctx: tickCtx, stepBase: stepBase, assign: assign, budgets: planBudgets(s.cfg, s.Routes()),
+		budgetUntil: start.Add(s.cfg.MaxTickDuration * 3 / 4)}
 
 	starved := make([]bool, len(s.routes))
 	for i, r := range s.routes {
@@ -373,6 +380,9 @@ type tick struct {
 	stepBase context.Context // what an agent's archive runs under: shutdown, outlived by the grace
 	assign   Assignment
 	budgets  map[oplog.Mode]*budget // each mode's routes share budgets of their own
+	// budgetUntil is the last instant (on Options.Now) the archive phase waits for the byte budget
+	// until: three quarters of the way to the deadline.
+	budgetUntil time.Time
 }
 
 // stopReason says why the tick must stop at a boundary: shutdown or its deadline; "" to go on.
@@ -699,8 +709,11 @@ dispatch:
 			rr.Truncated = reason
 			break dispatch
 		}
-		if s.bytes != nil && !s.bytes.allow(s.opts.Now()) {
-			rr.ByteBudgetDeferred += len(cands) - started
+		if reason, deferred := s.awaitBytes(t); reason != "" || deferred {
+			if deferred {
+				rr.ByteBudgetDeferred += len(cands) - started
+			}
+			rr.Truncated = cmp.Or(rr.Truncated, reason)
 			break dispatch
 		}
 		started += len(batch)
@@ -728,6 +741,31 @@ dispatch:
 	for batch := range results {
 		for _, res := range batch {
 			s.record(r, rr, res)
+		}
+	}
+}
+
+// awaitBytes waits until sweep.max_bytes_per_second's bucket holds some bytes, so the archive moves at
+// its rate through the tick. It waits only while the wait ends in the first three quarters of the tick's
+// deadline, leaving the last quarter to the batches under way: a tick the budget holds back is not one
+// storage was too slow for, and must not count as a deadline hit (which would back the sweep off).
+// Past that, the rest are deferred to the next tick (deferred); reason is set when shutdown or the
+// deadline cut the wait.
+func (s *Sweeper) awaitBytes(t *tick) (reason Reason, deferred bool) {
+	if s.bytes == nil {
+		return "", false
+	}
+	for {
+		now := s.opts.Now()
+		wait := s.bytes.wait(now)
+		switch {
+		case wait == 0:
+			return "", false
+		case now.Add(wait).After(t.budgetUntil):
+			return "", true
+		}
+		if err := s.opts.Sleep(t.ctx, wait); err != nil {
+			return cmp.Or(t.stopReason(), ReasonDeadline), false
 		}
 	}
 }
