@@ -9,6 +9,7 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
 )
 
@@ -134,5 +135,58 @@ func TestByteBudget_PacesTheArchiveAndDefersWhatTheTickCannotWaitFor(t *testing.
 	}
 	if archived != 10 {
 		t.Fatalf("%d of 10 archived by the later ticks", archived)
+	}
+}
+
+// Shutdown while the archive phase waits for the byte budget ends the wait at once: the tick reports
+// shutdown, the agents it had not started stay whole where they were, and a later tick archives them.
+func TestByteBudget_ShutdownEndsTheWaitAndLosesNothing(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	shutdown, stop := context.WithCancel(t.Context())
+	waits := 0
+	cfg := config()
+	cfg.MaxBytesPerSecond, cfg.ArchiveBatch, cfg.MaxConcurrency = 1024, 2, 1
+	e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) {
+		o.Now = clock.Now
+		o.Sleep = func(ctx context.Context, d time.Duration) error {
+			waits++
+			if waits == 1 {
+				stop() // shutdown arrives during the first wait
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			clock.advance(d)
+			return ctx.Err()
+		}
+	}))
+	var agents []oplog.AgentID
+	for i := range 6 {
+		agents = append(agents, agent(fmt.Sprint("shut-", i)))
+		e.strand(agents[i], 1, 120)
+	}
+	e.tick()
+	rr := e.sw.SweepOnce(shutdown).Routes[0]
+	if rr.Truncated != sweeper.ReasonShutdown || rr.Outcomes[sweeper.OutcomeArchived] != 2 || rr.ByteBudgetDeferred != 0 {
+		t.Fatalf("truncated %q, outcomes %v, deferred %d: want the first batch archived and the tick cut by shutdown",
+			rr.Truncated, rr.Outcomes, rr.ByteBudgetDeferred)
+	}
+	stranded := 0
+	for _, a := range agents {
+		if e.inLayer(a) {
+			e.requireStranded(a, 120)
+			stranded++
+		} else {
+			e.requireArchived(a, 120)
+		}
+	}
+	if stranded != 4 {
+		t.Fatalf("%d agents left in the layer, want the 4 not started", stranded)
+	}
+	for range 4 {
+		clock.advance(time.Second)
+		e.tick()
+	}
+	for _, a := range agents {
+		e.requireArchived(a, 120)
 	}
 }
