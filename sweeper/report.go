@@ -28,7 +28,7 @@ type RouteReport struct {
 	Archived      []oplog.AgentID // agents drained to the bottom layer
 	// Unarchived counts the agents the route found in its last completed pass or the pass under way
 	// and holds unarchived after the tick: waiting for a quiet second sighting, through the gate but
-	// not yet afforded by a budget, declined as moved on, or failed. See route.unarchived.
+	// not yet afforded by a budget, declined as moved on, or failed. See route.lag.
 	Unarchived int
 	// The lag of those agents: when the oldest was first sighted (zero when none), the entries they hold
 	// (the sum of their last indices as the gate read them) and those entries' bytes, estimated at the

@@ -70,14 +70,3 @@ func (t *tracker) forgetIf(route int, drop func(key string, s sighting) bool) {
 		return false
 	})
 }
-
-// count is the number of the route's entries for which match reports true.
-func (t *tracker) count(route int, match func(s sighting) bool) int {
-	n := 0
-	for _, s := range t.tables[route] {
-		if match(s) {
-			n++
-		}
-	}
-	return n
-}

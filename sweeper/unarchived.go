@@ -2,18 +2,13 @@ package sweeper
 
 import "time"
 
-// unarchived counts the route's tracking entries sighted in its last completed pass or in the pass
-// under way: agents it found whose entries are still in the source layer as far as it knows. An entry
-// only the pass before the last completed one saw is left out: its key was gone from the walk that
-// followed (drained by its executor, or deleted), and it is kept for one pass of grace only.
+// lag fills the report's view of the route's backlog from its tracking entries sighted in its last
+// completed pass or in the pass under way: agents it found whose entries are still in the source layer
+// as far as it knows. An entry only the pass before the last completed one saw is left out: its key was
+// gone from the walk that followed (drained by its executor, or deleted), and it is kept for one pass of
+// grace only. It costs one look at each tracking entry of the route, as completing a pass does.
 //
-// It costs one look at each tracking entry of the route, as completing a pass does.
-func (r *route) unarchived(t *tracker) int {
-	return t.count(r.id, func(seen sighting) bool { return seen.pass+1 >= r.pass })
-}
-
-// lag fills the report's view of the route's backlog from the same entries unarchived counts: how
-// many, since when the oldest of them was first sighted, the entries they hold as far as the gate knows
+// The view: how many, since when the oldest of them was first sighted, the entries they hold as far as the gate knows
 // (their last indices), and those entries' bytes estimated at the bytes an entry the route has moved
 // so far (0 until it has moved one).
 func (r *route) lag(t *tracker, rr *RouteReport) {
