@@ -9,8 +9,9 @@ import (
 // byteBucket is sweep.max_bytes_per_second: a token bucket of bytes, refilled at rate a second up to
 // one second's worth. What a batch moves is known only when it ends, so spending may take the bucket
 // below zero; a new batch starts only while it holds some (wait is 0), and the archive phase waits for
-// it otherwise. Over any window of T seconds the bytes spent are at most rate·(T+1) plus what the
-// batches under way at its end move.
+// it otherwise. A batch reserves its likely bytes as it starts (Sweeper.reserveBytes) and settles when
+// it ends. Over any window of T seconds the bytes spent are at most rate·(T+1) plus what the batches
+// under way at its end move beyond their reservations.
 type byteBucket struct {
 	mu     sync.Mutex
 	rate   float64 // bytes a second
@@ -42,7 +43,8 @@ func (b *byteBucket) wait(now time.Time) time.Duration {
 	return time.Duration(math.Ceil(-b.tokens/b.rate*float64(time.Second))) + time.Millisecond
 }
 
-// spend takes the bytes a batch moved from the bucket.
+// spend takes bytes from the bucket: what a batch reserved as it started, and when it ends what it
+// moved beyond that (negative: gives back what it reserved and did not move).
 func (b *byteBucket) spend(now time.Time, bytes int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

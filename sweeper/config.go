@@ -45,9 +45,12 @@ type Config struct {
 	// (0: the default, 256).
 	MaxArchivesPerTick int
 	// MaxBytesPerSecond bounds the payload bytes the archive moves, over a window (a token bucket of
-	// one second's worth; 0: no bound): a batch starts only while the bucket holds some, and what it
-	// moved is taken from it when it ends, so the rate over a window exceeds the bound by at most the
-	// batches under way at once. Agents it holds back wait for the next tick, counted in the report.
+	// one second's worth; 0: no bound): a batch starts only while the bucket holds some, reserving what
+	// it is likely to move and settling at what it moved when it ends, so the rate over a window exceeds
+	// the bound by at most one second's worth and what the batches under way move beyond their
+	// reservations. The archive phase waits for the bucket through the tick (Options.Sleep); what it
+	// cannot wait for within three quarters of MaxTickDuration waits for the next tick, counted in the
+	// report (RouteReport.ByteBudgetDeferred).
 	MaxBytesPerSecond int
 	// MaxScannedPerTick bounds the keys a tick examines, so a tick cannot walk a namespace far larger
 	// than the work in it (0: the default, 4096). Soft by one page: a page is never trimmed.

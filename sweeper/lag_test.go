@@ -190,3 +190,38 @@ func TestByteBudget_ShutdownEndsTheWaitAndLosesNothing(t *testing.T) {
 		e.requireArchived(a, 120)
 	}
 }
+
+// Batches that start together each reserve what they are likely to move (their entries at the bytes an
+// entry the route has moved), so running four at once does not let four find the bucket full: what a
+// tick moves stays within the rate over its time plus one batch, not plus max_concurrency of them.
+func TestByteBudget_ConcurrentBatchesReserveTheirBytes(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	cfg := config()
+	cfg.MaxBytesPerSecond, cfg.ArchiveBatch, cfg.MaxConcurrency, cfg.MaxTickDuration = 1024, 2, 4, 20*time.Second
+	e := newEnv(t, cfg, withOptions(func(o *sweeper.Options) {
+		o.Now = clock.Now
+		o.Sleep = func(ctx context.Context, d time.Duration) error { clock.advance(d); return ctx.Err() }
+	}))
+	e.strand(agent("together-L"), 1, 120) // the route learns the bytes an entry moves (names of one length: entries of one size)
+	e.tick()
+	if e.tick().Routes[0].Outcomes[sweeper.OutcomeArchived] != 1 {
+		t.Fatal("the first agent was not archived")
+	}
+	for i := range 10 {
+		e.strand(agent(fmt.Sprint("together-", i)), 1, 120)
+	}
+	e.tick()
+	clock.advance(10 * time.Second) // the bucket full again: one second's worth
+	start := clock.Now()
+	rr := e.tick().Routes[0]
+	elapsed := clock.Now().Sub(start)
+	archived := rr.Outcomes[sweeper.OutcomeArchived]
+	if archived == 0 {
+		t.Fatalf("outcomes %v: nothing archived", rr.Outcomes)
+	}
+	batch := 2 * rr.Bytes / int64(archived)
+	if bound := int64(1024*(elapsed.Seconds()+1)) + batch; rr.Bytes > bound {
+		t.Fatalf("%d bytes moved in %v by batches of %d bytes, 4 at once: over the bound %d of one batch under way",
+			rr.Bytes, elapsed, batch, bound)
+	}
+}

@@ -718,6 +718,7 @@ dispatch:
 		}
 		started += len(batch)
 		s.progress(func(p *Progress) { p.Started += len(batch) })
+		reserved := s.reserveBytes(r, batch)
 		wg.Go(func() {
 			defer func() { <-slots }()
 			batchCtx, cancel := context.WithTimeout(t.stepBase, s.cfg.MaxAgentDuration)
@@ -728,7 +729,7 @@ dispatch:
 				for _, res := range done {
 					moved += res.drained.Bytes
 				}
-				s.bytes.spend(s.opts.Now(), moved)
+				s.bytes.spend(s.opts.Now(), moved-reserved) // settles the reservation at what it moved
 			}
 			results <- done
 			s.progress(func(p *Progress) { p.Done += len(batch) })
@@ -768,6 +769,23 @@ func (s *Sweeper) awaitBytes(t *tick) (reason Reason, deferred bool) {
 			return cmp.Or(t.stopReason(), ReasonDeadline), false
 		}
 	}
+}
+
+// reserveBytes takes from the byte budget's bucket, as a batch starts, what it is likely to move: its
+// agents' entries as the gate read them (their last indices) at the bytes an entry the route has moved
+// so far (nothing before it has moved one). The batches that start together while the bucket still
+// holds some would otherwise all find it full; the batch settles at what it moved when it ends.
+func (s *Sweeper) reserveBytes(r *route, batch []candidate) int64 {
+	if s.bytes == nil || r.movedEntries == 0 {
+		return 0
+	}
+	var entries int64
+	for _, c := range batch {
+		entries += int64(c.index)
+	}
+	reserved := int64(float64(entries) * float64(r.movedBytes) / float64(r.movedEntries))
+	s.bytes.spend(s.opts.Now(), reserved)
+	return reserved
 }
 
 // record counts one agent's archive in the route's report and tracking table.
