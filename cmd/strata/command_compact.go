@@ -68,7 +68,7 @@ func (a *app) compactCommand() *cobra.Command {
 // compact checks the stores cfg names exist (opening them read-only, which creates nothing), opens
 // them for writing and compacts every mode and blob level, printing each report.
 func compact(ctx context.Context, stdout redactingWriter, cfg config.Config, opts archive.CompactOptions, asJSON bool) error {
-	ro, err := openReadOnly(ctx, cfg)
+	ro, err := openReadOnly(ctx, cfg, "compact")
 	if err != nil {
 		return err
 	}

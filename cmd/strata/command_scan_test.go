@@ -19,8 +19,9 @@ import (
 	"github.com/stratalog/strata/oplog"
 )
 
-// scan and inspect create nothing: a missing SQLite file, multisqlite directory, blob directory or
-// PostgreSQL schema or table fails them with a message saying so, and is still missing after.
+// scan, inspect and the commands after the archive (verify, compact, erase, gc) create nothing: a
+// missing SQLite file, multisqlite directory, blob directory or PostgreSQL schema or table fails them
+// with a message naming the command and saying so, and is still missing after.
 func TestScanAndInspectCreateNothing(t *testing.T) {
 	dir := t.TempDir()
 	write := func(storage, blob string) string {
@@ -47,9 +48,10 @@ func TestScanAndInspectCreateNothing(t *testing.T) {
 	cases = append(cases, struct{ storage, blob, missing string }{"sqlite://" + db, "fs://" + dir + "/noblobs", filepath.Join(dir, "noblobs")})
 	for _, c := range cases {
 		cfg := write(c.storage, c.blob)
-		for _, args := range [][]string{{"scan", "--config", cfg}, {"inspect", "--config", cfg, "c:a"}} {
+		for _, args := range [][]string{{"scan", "--config", cfg}, {"inspect", "--config", cfg, "c:a"}, {"verify", "--config", cfg},
+			{"compact", "--config", cfg}, {"erase", "--config", cfg, "c:a"}, {"gc", "--config", cfg}} {
 			code, _, errOut := runIn(args...)
-			if code != 1 || !strings.Contains(errOut, "create nothing") {
+			if code != 1 || !strings.Contains(errOut, args[0]+" creates nothing") {
 				t.Errorf("%s on %s: exit %d, want 1 saying it creates nothing\n%s", args[0], c.storage, code, errOut)
 			}
 			requireJSONLines(t, errOut)

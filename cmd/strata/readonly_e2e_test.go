@@ -159,16 +159,18 @@ func execSQLite(t *testing.T, path string, stmts ...string) {
 	}
 }
 
-// strata scan and inspect over a SQLite database of someone else's (a rollback journal, no
-// index_storage) fail saying what is missing, and leave it byte for byte as it was, in its own journal
-// mode: no index_storage created, no switch to WAL.
+// strata scan and inspect, and verify, compact, erase and gc, over a SQLite database of someone else's
+// (a rollback journal, no index_storage) fail saying what is missing, and leave it byte for byte as it
+// was, in its own journal mode: no index_storage created, no switch to WAL.
 func TestBinary_ReadOnlyCommandsLeaveAForeignSQLiteDatabaseAsItWas(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "shop.db")
 	execSQLite(t, path, `CREATE TABLE orders (id INTEGER PRIMARY KEY, total)`, `INSERT INTO orders (total) VALUES (42)`)
 	config := roConfig(t, dir, "sqlite://"+path)
 	before := testenv.FileDigests(t, dir)
-	for _, args := range [][]string{{"scan", "--config", config}, {"inspect", "--config", config, "shop:cart"}} {
+	for _, args := range [][]string{{"scan", "--config", config}, {"inspect", "--config", config, "shop:cart"},
+		{"verify", "--config", config}, {"compact", "--config", config}, {"erase", "--config", config, "shop:cart"},
+		{"gc", "--config", config}} {
 		code, out, errOut := roCommand(t, args...)
 		if code == 0 || !strings.Contains(errOut, "index_storage") {
 			t.Fatalf("strata %s over a foreign database: exit %d, %s\n%s", args[0], code, out, errOut)

@@ -115,18 +115,21 @@ func (f *storeFlags) openReadOnly(cmd *cobra.Command, a *app) (*readOnly, error)
 		return nil, err
 	}
 	a.out.use(newLogger(a.stderr, slog.LevelWarn, cfg.Log.Format), cfg.Log.Format)
-	return openReadOnly(ctx, cfg)
+	return openReadOnly(ctx, cfg, cmd.Name())
 }
 
-func openReadOnly(ctx context.Context, cfg config.Config) (*readOnly, error) {
+// openReadOnly opens the stores cfg names, which must exist; command names the command in the error
+// that says one does not, and that it created nothing.
+func openReadOnly(ctx context.Context, cfg config.Config, command string) (*readOnly, error) {
 	st, err := backends.OpenExisting(ctx, cfg.Storage.URL)
 	if err != nil {
-		return nil, fmt.Errorf("storage.url %s: %w (scan and inspect create nothing; strata run or strata migrate up creates it)", redact.URL(cfg.Storage.URL), err)
+		return nil, fmt.Errorf("storage.url %s: %w (strata %s creates nothing; strata run or strata migrate up creates it)",
+			redact.URL(cfg.Storage.URL), err, command)
 	}
 	blobs, err := backends.OpenBlobExisting(ctx, cfg.Blob.URL)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("blob.url %s: %w (scan and inspect create nothing; strata run creates it)", redact.URL(cfg.Blob.URL), err)
+		return nil, fmt.Errorf("blob.url %s: %w (strata %s creates nothing; strata run creates it)", redact.URL(cfg.Blob.URL), err, command)
 	}
 	stack, err := archive.DefaultStack(st, blobs, &archive.StackOptions{CompressedLevels: cfg.Stack.CompressedLevels,
 		BlobLayout: cfg.Blob.Layout, SegmentGrace: cfg.Blob.GCGrace})
