@@ -3,6 +3,7 @@ package sidecar
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stratalog/strata/config"
@@ -22,8 +23,9 @@ func TestAPI_DeleteAgentErasesItFromEveryLayerBehindTheToken(t *testing.T) {
 			t.Fatalf("DELETE with token %q: %d, want 401", tok, code)
 		}
 	}
-	readBack(t, s, victim, 7) // an unauthorized DELETE erased nothing
-	for _, bad := range []string{"/v1/agents/no-colon", path + "?mode=x", path + "?force=1"} {
+	readBack(t, s, victim, 7)                                                               // an unauthorized DELETE erased nothing
+	tooLong := "/v1/agents/" + url.PathEscape("shop:"+strings.Repeat("ü", oplog.MaxKeyLen)) // past the longest key
+	for _, bad := range []string{"/v1/agents/no-colon", path + "?mode=x", path + "?force=1", tooLong, "/v1/agents/" + url.PathEscape("shop:\xff\xfe")} {
 		if code, out := call(t, srv, "DELETE", bad, "s3cret", nil); code != http.StatusBadRequest || out["error"] == nil {
 			t.Fatalf("DELETE %s: %d %v, want 400 with an error", bad, code, out)
 		}
