@@ -121,7 +121,7 @@ func TestByteBudget_PacesTheArchiveAndDefersWhatTheTickCannotWaitFor(t *testing.
 	}
 	t.Logf("first tick: %d archived, %d bytes in %v (slept %v), %d deferred", rr.Outcomes[sweeper.OutcomeArchived], rr.Bytes, elapsed, slept, rr.ByteBudgetDeferred)
 	left := 10 - rr.Outcomes[sweeper.OutcomeArchived]
-	if left == 0 || rr.ByteBudgetDeferred != left || rr.Truncated != "" || rep.DeadlineHit {
+	if left == 0 || rr.ByteBudgetDeferred != left || rr.ByteBudgetWait <= 0 || rr.Truncated != "" || rep.DeadlineHit {
 		t.Fatalf("%d left, %d deferred, truncated %q, deadline hit %v: want the rest deferred, not truncated", left,
 			rr.ByteBudgetDeferred, rr.Truncated, rep.DeadlineHit)
 	}

@@ -36,8 +36,11 @@ type RouteReport struct {
 	OldestUnarchived  time.Time
 	UnarchivedEntries uint64
 	UnarchivedBytes   int64
-	// ByteBudgetDeferred counts the agents sweep.max_bytes_per_second held back to the next tick.
+	// ByteBudgetDeferred counts the agents sweep.max_bytes_per_second held back to the next tick, and
+	// ByteBudgetWait is how long, from when it held them back, until its bucket holds bytes again: a
+	// tick sooner than that would defer them again at once.
 	ByteBudgetDeferred int
+	ByteBudgetWait     time.Duration
 	// Unreadable lists the first MaxUnreadableListed keys (or files) the walk could not read; all of
 	// them are counted in Outcomes[OutcomeUnreadable].
 	Unreadable []UnreadableKey

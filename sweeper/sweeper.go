@@ -709,9 +709,10 @@ dispatch:
 			rr.Truncated = reason
 			break dispatch
 		}
-		if reason, deferred := s.awaitBytes(t); reason != "" || deferred {
-			if deferred {
+		if reason, wait := s.awaitBytes(t); reason != "" || wait > 0 {
+			if wait > 0 {
 				rr.ByteBudgetDeferred += len(cands) - started
+				rr.ByteBudgetWait = max(rr.ByteBudgetWait, wait)
 			}
 			rr.Truncated = cmp.Or(rr.Truncated, reason)
 			break dispatch
@@ -750,23 +751,23 @@ dispatch:
 // its rate through the tick. It waits only while the wait ends in the first three quarters of the tick's
 // deadline, leaving the last quarter to the batches under way: a tick the budget holds back is not one
 // storage was too slow for, and must not count as a deadline hit (which would back the sweep off).
-// Past that, the rest are deferred to the next tick (deferred); reason is set when shutdown or the
-// deadline cut the wait.
-func (s *Sweeper) awaitBytes(t *tick) (reason Reason, deferred bool) {
+// Past that, the rest are deferred to the next tick: deferred is how long the bucket needs to hold some
+// again (0: not deferred). reason is set when shutdown or the deadline cut the wait.
+func (s *Sweeper) awaitBytes(t *tick) (reason Reason, deferred time.Duration) {
 	if s.bytes == nil {
-		return "", false
+		return "", 0
 	}
 	for {
 		now := s.opts.Now()
 		wait := s.bytes.wait(now)
 		switch {
 		case wait == 0:
-			return "", false
+			return "", 0
 		case now.Add(wait).After(t.budgetUntil):
-			return "", true
+			return "", wait
 		}
 		if err := s.opts.Sleep(t.ctx, wait); err != nil {
-			return cmp.Or(t.stopReason(), ReasonDeadline), false
+			return cmp.Or(t.stopReason(), ReasonDeadline), 0
 		}
 	}
 }

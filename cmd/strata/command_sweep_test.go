@@ -141,6 +141,58 @@ func TestOnceSweep_AfterTwoPassesGoesOnWhileTheArchiveBudgetRunsOut(t *testing.T
 	}
 }
 
+// The byte budget defers agents to the next tick without truncating the route: the run goes on until
+// no tick defers any, rather than stopping after the second pass with them in the layer.
+func TestOnceSweep_AfterTwoPassesGoesOnWhileTheByteBudgetDefers(t *testing.T) {
+	o := newOnceSweep(defaultMaxTicks)
+	deferred := tick("r", 10, true, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 4})
+	deferred.Routes[0].ByteBudgetDeferred, deferred.Routes[0].Unarchived = 6, 6
+	deferred.Routes[0].ByteBudgetWait = 3 * time.Second
+	rest := tick("r", 0, false, 0, map[sweeper.Outcome]int{sweeper.OutcomeArchived: 6})
+	if n := observeAll(t, o, tick("r", 10, true, 0, nil), deferred, rest, tick("r", 0, false, 0, nil)); n != 3 {
+		t.Fatalf("stopped after %d ticks; want 3, the first after the second pass that deferred nothing", n)
+	}
+	// The next tick waits until the bucket holds bytes again, not at once (it would defer them again).
+	if got := o.wait(deferred, 100*time.Millisecond); got != 3*time.Second {
+		t.Fatalf("wait after a tick the byte budget deferred: %v, want the bucket's 3s", got)
+	}
+	if o.stopped != stopDone || o.archived != 10 || o.err() != nil {
+		t.Fatalf("stopped %v with %d archived, %v; want done with 10 and no error", o.stopped, o.archived, o.err())
+	}
+}
+
+// End to end: sweep --once under a byte budget that cannot move the backlog in one tick archives all
+// of it, over as many ticks as the budget takes, and succeeds.
+func TestBinary_SweepOnceUnderAByteBudgetArchivesEverything(t *testing.T) {
+	d := newDeployment(t, "", "")
+	stack := d.stack(t)
+	agents := strandAgents(t, stack, 6, 60) // about 700 bytes each: 1 KiB/s moves one or two a tick
+	env := []string{"STRATA_SWEEP_MAX_BYTES_PER_SECOND=1024", "STRATA_SWEEP_ARCHIVE_BATCH=1", "STRATA_SWEEP_MAX_TICK_DURATION=1s"}
+	code, out, errOut := runBinary(t, env, "sweep", "--once", "--json", "--gap", "100ms", "--config", d.config)
+	if code != 0 {
+		t.Fatalf("sweep --once under a byte budget: exit %d\n%s%s", code, out, errOut)
+	}
+	deferred := 0
+	for line := range strings.Lines(out) {
+		var rep struct {
+			Routes []struct {
+				Deferred int `json:"byte_budget_deferred"`
+			} `json:"routes"`
+		}
+		if json.Unmarshal([]byte(line), &rep) == nil {
+			for _, rr := range rep.Routes {
+				deferred += rr.Deferred
+			}
+		}
+	}
+	if deferred == 0 {
+		t.Fatalf("no tick deferred an agent: the budget did not bind, the test proves nothing\n%s", out)
+	}
+	if got := requireWhole(t, stack, agents, 60); got != 6 {
+		t.Fatalf("%d of 6 agents in the blob layer", got)
+	}
+}
+
 func TestOnceSweep_ArchiveFailuresFailTheRunAfterItsWork(t *testing.T) {
 	o := newOnceSweep(defaultMaxTicks)
 	failed := map[sweeper.Outcome]int{sweeper.OutcomeArchiveFailed: 2, sweeper.OutcomeArchived: 5}

@@ -72,7 +72,8 @@ func (o *onceSweep) observe(rep sweeper.Report) (stop bool) {
 	progress, failures, budgetBound := false, 0, false
 	for _, rr := range rep.Routes {
 		o.unarchived += rr.Unarchived
-		budgetBound = budgetBound || rr.Truncated == sweeper.ReasonArchiveBudget
+		// Agents the archive budget or the byte budget held back wait for the next tick.
+		budgetBound = budgetBound || rr.Truncated == sweeper.ReasonArchiveBudget || rr.ByteBudgetDeferred > 0
 		p, f := o.route(rr)
 		progress, failures = progress || p, failures+f
 	}
@@ -115,8 +116,8 @@ func (o *onceSweep) noteUnreadable(u sweeper.UnreadableKey) {
 
 // verdict decides, after a tick that ran, whether the run stops and why.
 func (o *onceSweep) verdict(rep sweeper.Report, progress bool, failures int, budgetBound bool) onceStop {
-	// A route cut by its archive budget has agents through the gate waiting for the next tick, even
-	// after its second pass: go on until no tick is.
+	// A route cut by its archive budget, or whose agents the byte budget deferred, has agents through
+	// the gate waiting for the next tick, even after its second pass: go on until no tick is.
 	done := !budgetBound
 	for _, rr := range rep.Routes {
 		done = done && o.completed[rr.Route] >= 2
@@ -145,13 +146,19 @@ func (o *onceSweep) wait(rep sweeper.Report, gap time.Duration) time.Duration {
 		completed = completed || rr.PassCompleted
 		passesDone = passesDone && o.completed[rr.Route] >= 2
 	}
+	// Agents the byte budget deferred: a tick before its bucket holds bytes again would defer them again
+	// at once, so the wait is at least that.
+	var byteWait time.Duration
+	for _, rr := range rep.Routes {
+		byteWait = max(byteWait, rr.ByteBudgetWait)
+	}
 	switch {
 	case rep.DeadlineHit:
-		return min(rep.NextWait, gap)
+		return max(min(rep.NextWait, gap), byteWait)
 	case completed && !passesDone:
-		return gap
+		return max(gap, byteWait)
 	}
-	return 0
+	return byteWait
 }
 
 // summary is the last line of the text output: what was archived, what was left, and every

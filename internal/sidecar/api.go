@@ -475,6 +475,7 @@ func ReportJSON(rep sweeper.Report) map[string]any {
 			"unreadable": orEmpty(rr.Unreadable), "unparseable": orEmpty(rr.Unparseable),
 			"unarchived": rr.Unarchived, "lag": lagJSON(sweeper.RouteLag{Agents: rr.Unarchived,
 				OldestSince: rr.OldestUnarchived, Entries: rr.UnarchivedEntries, Bytes: rr.UnarchivedBytes}), "byte_budget_deferred": rr.ByteBudgetDeferred,
+			"byte_budget_wait_seconds": rr.ByteBudgetWait.Seconds(),
 		})
 	}
 	return map[string]any{
