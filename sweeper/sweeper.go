@@ -118,8 +118,8 @@ type route struct {
 	scanned uint64
 	pending []candidate // passed the gate, not yet afforded by an archive budget
 	starved bool        // a tick could not afford it: it goes first next tick
-	// movedEntries and movedBytes are what the route has moved since New: the bytes an entry that
-	// estimates its backlog's bytes (lag).
+	// movedEntries and movedBytes are what the route has moved since New (updated at the end of each
+	// tick): the bytes an entry, by which lag estimates its backlog's bytes and reserveBytes a batch's.
 	movedEntries, movedBytes int64
 }
 
