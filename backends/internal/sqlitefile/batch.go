@@ -277,10 +277,12 @@ func (e *Engine) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries
 		return out, nil // AppendMany of nothing for every key: nothing to write, nothing to lock
 	}
 	err := e.inWriteTx(ctx, qLastID, func(c *sql.Conn, tx *sql.Tx, lastID *sql.Stmt) error {
-		for i, r := range reqs {
-			if len(r.Entries) == 0 {
-				continue
-			}
+		each, err := appendAll(ctx, c, tx, ns, reqs, out)
+		if err != nil {
+			return err
+		}
+		for _, i := range each {
+			r := reqs[i]
 			keyErr, err := appendPart(ctx, tx, lastID, ns, r.Key, r.Entries)
 			if err == nil && keyErr != nil && (!KeyFault(ctx, keyErr) || !inTransaction(c)) {
 				err = keyErr
@@ -296,6 +298,123 @@ func (e *Engine) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries
 		return nil, err
 	}
 	return out, nil
+}
+
+// qLastAll is the last id of every key of a JSON array of keys, in one statement: one seek a key on
+// the primary key. The first column is the key's position, the second the key as the statement read it.
+const qLastAll = `SELECT j.key, j.value,
+	(SELECT id FROM index_storage WHERE namespace = ?1 AND key = j.value ORDER BY id DESC LIMIT 1)
+FROM json_each(?2) AS j`
+
+// appendAll is AppendKeys of every key of reqs with entries in a few statements, inside the caller's
+// write transaction: one reads every key's last id, and multi-row INSERTs write the rows of the keys
+// whose first id is above it, across keys (a statement costs the driver far more than the rows it
+// writes: four statements a key made most of a batch's time). A key whose first id is not above its
+// last id gets its ErrConflict in out. It returns the positions left to the per-key path (appendPart):
+// every key with entries when the batch is of one key, a key whose last id is not the contract's type
+// (a foreign writer's row), and every key it meant to insert when an insert is refused for some row
+// (a foreign trigger, a constraint): its inserts are undone to a savepoint, and each key then fails
+// alone. err is a failure that is not a key's own (KeyFault), or one that left the transaction.
+func appendAll(ctx context.Context, c *sql.Conn, tx *sql.Tx, ns string, reqs []is.KeyEntries, out []error) (each []int, err error) {
+	var at []int
+	for i, r := range reqs {
+		if len(r.Entries) > 0 {
+			at = append(at, i)
+		}
+	}
+	if len(at) < 2 {
+		return at, nil
+	}
+	keys := make([]string, len(at))
+	for j, i := range at {
+		keys[j] = reqs[i].Key
+	}
+	arg, err := json.Marshal(keys)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, qLastAll, ns, string(arg))
+	if err != nil {
+		if KeyFault(ctx, err) && inTransaction(c) {
+			return at, nil
+		}
+		return nil, err
+	}
+	var insert []int
+	seen := 0
+	for rows.Next() {
+		var pos int
+		var key string
+		var last any
+		if err := rows.Scan(&pos, &key, &last); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if pos < 0 || pos >= len(at) {
+			rows.Close()
+			return nil, fmt.Errorf("batch append: row for position %d of %d", pos, len(at))
+		}
+		seen++
+		i := at[pos]
+		lastID, ok := last.(int64)
+		switch {
+		case key != reqs[i].Key || (last != nil && (!ok || lastID <= 0)):
+			each = append(each, i) // read back otherwise, or a row of another type: the per-key path says
+		case last != nil && reqs[i].Entries[0].ID <= uint64(lastID):
+			out[i] = conflict(reqs[i].Entries[0].ID, lastID)
+		default:
+			insert = append(insert, i)
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	if seen != len(at) {
+		return nil, fmt.Errorf("batch append: %d rows for %d keys", seen, len(at))
+	}
+	if len(insert) == 0 {
+		return each, nil
+	}
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT append_all`); err != nil {
+		return nil, err
+	}
+	if err := insertAcross(ctx, tx, ns, reqs, insert); err != nil {
+		if !KeyFault(ctx, err) || !inTransaction(c) {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `ROLLBACK TO append_all`); err != nil {
+			return nil, err
+		}
+		each = append(each, insert...)
+		slices.Sort(each)
+	}
+	if _, err := tx.ExecContext(ctx, `RELEASE append_all`); err != nil {
+		return nil, err
+	}
+	return each, nil
+}
+
+// insertAcross writes the entries of reqs at the positions at, in multi-row INSERTs of insertChunk rows
+// that run across keys, then the remainder row by row (two statement texts, as insert).
+func insertAcross(ctx context.Context, tx *sql.Tx, ns string, reqs []is.KeyEntries, at []int) error {
+	args := make([]any, 0, 4*insertChunk)
+	for _, i := range at {
+		for _, e := range reqs[i].Entries {
+			args = append(args, ns, reqs[i].Key, int64(e.ID), orEmpty(e.Value))
+			if len(args) == cap(args) {
+				if _, err := tx.ExecContext(ctx, qInsertChunk, args...); err != nil {
+					return err
+				}
+				args = args[:0]
+			}
+		}
+	}
+	for ; len(args) > 0; args = args[4:] {
+		if _, err := tx.ExecContext(ctx, qInsert, args[:4]...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // inWriteTx runs fn in one write transaction on the writer (BEGIN IMMEDIATE: the write lock from the

@@ -81,9 +81,14 @@ func above(lastID *sql.Row, first uint64) error {
 	case err != nil:
 		return err
 	case first <= uint64(last):
-		return fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, first, last)
+		return conflict(first, last)
 	}
 	return nil
+}
+
+// conflict is an append's ErrConflict: its first id is not above the index's last.
+func conflict(first uint64, last int64) error {
+	return fmt.Errorf("%w: id %d is not above the index's last id %d", is.ErrConflict, first, last)
 }
 
 // insertChunk is how many rows one multi-row INSERT writes: a batch costs one statement per chunk
