@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -145,6 +146,86 @@ func TestAppendKeys_PoisonedKeyFailsAlone(t *testing.T) {
 	for _, i := range []int{0, 1, 3} {
 		if ids := idsOf(t, st, keys[i]); errs[i] != nil || len(ids) == 0 || ids[len(ids)-1] != 10 {
 			t.Fatalf("%q beside a poisoned key: %v, ids %v", keys[i], errs[i], ids)
+		}
+	}
+}
+
+// A batch the size of the sweep's, across the multi-row inserts' chunks: keys of every length up to the
+// longest, non-ASCII and with the characters JSON escapes, conflicts, a poisoned key and a refused
+// insert all in one call. Each key ends as it would had it been appended alone: with no insert refused
+// (the batch's few statements), and with one (every key again on its own).
+func TestAppendKeys_ManyKeysEachAsAlone(t *testing.T) {
+	t.Run("no insert refused", func(t *testing.T) { appendManyKeysEachAsAlone(t, false) })
+	t.Run("one insert refused", func(t *testing.T) { appendManyKeysEachAsAlone(t, true) })
+}
+
+func appendManyKeysEachAsAlone(t *testing.T, refuseOne bool) {
+	st := openFile(t, filepath.Join(t.TempDir(), "strata.db"), sqlite.Options{})
+	ctx := t.Context()
+	keys := batchKeys(200)
+	keys[5] = `quote" back\slash <tag> & amp`
+	keys[6] = "ünïcødé/键/🙂"
+	keys[7] = strings.Repeat("é", is.MaxKeyLen/2)
+	fillBatch(t, st, keys) // keys[i] holds ids 1..i
+	poisoned, refused := 40, -1
+	backendtest.SQLitePoison(t, st, batchNS, keys[poisoned])
+	if refuseOne {
+		refused = 41
+		if err := testenv.ExecUnchecked(ctx, st.DB(), `CREATE TRIGGER refuse BEFORE INSERT ON index_storage
+			WHEN new.key = '`+keys[refused]+`' AND new.id = 43 BEGIN SELECT RAISE(ABORT, 'refused'); END`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A conflicting key's last id is far above the ids asked for, which no row holds: the conflict is
+	// the check's to find, not the primary key's.
+	const high = 1000
+	conflicts := func(i int) bool { return i%7 == 3 }
+	reqs := make([]is.KeyEntries, len(keys))
+	want := make(map[int][]uint64, len(keys))
+	for i, k := range keys {
+		var ids []uint64
+		for id := 1; id <= i; id++ {
+			ids = append(ids, uint64(id))
+		}
+		if conflicts(i) {
+			if err := st.Append(ctx, batchNS, k, high, []byte("high")); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, high)
+		}
+		var add []uint64
+		for n := range 1 + i%3 {
+			add = append(add, uint64(i+1+n))
+		}
+		reqs[i] = is.KeyEntries{Key: k, Entries: entriesOf(add...)}
+		if !conflicts(i) && i != poisoned && i != refused {
+			ids = append(ids, add...)
+		}
+		want[i] = ids
+	}
+	errs, err := st.AppendKeys(ctx, batchNS, reqs)
+	if err != nil || len(errs) != len(keys) {
+		t.Fatalf("AppendKeys: %d results, %v", len(errs), err)
+	}
+	for i, k := range keys {
+		switch {
+		case conflicts(i):
+			if !errors.Is(errs[i], is.ErrConflict) || !strings.Contains(errs[i].Error(), fmt.Sprintf("last id %d", high)) {
+				t.Errorf("%q: %v, want ErrConflict naming last id %d", k, errs[i], high)
+			}
+		case i == poisoned || i == refused:
+			var oe *is.OpError
+			if errs[i] == nil || !errors.As(errs[i], &oe) || oe.Key != k {
+				t.Errorf("%q: %v, want its own error", k, errs[i])
+			}
+		case errs[i] != nil:
+			t.Errorf("%q: %v", k, errs[i])
+		}
+		if i == poisoned {
+			continue // its rows are not the contract's to read
+		}
+		if got := idsOf(t, st, k); !slices.Equal(got, want[i]) {
+			t.Errorf("%q after the batch: %v, want %v", k, got, want[i])
 		}
 	}
 }
