@@ -153,13 +153,17 @@ func TestAppendKeys_PoisonedKeyFailsAlone(t *testing.T) {
 // A batch the size of the sweep's, across the multi-row inserts' chunks: keys of every length up to the
 // longest, non-ASCII and with the characters JSON escapes, conflicts, a poisoned key and a refused
 // insert all in one call. Each key ends as it would had it been appended alone: with no insert refused
-// (the batch's few statements), and with one (every key again on its own).
+// (the batch's few statements), and with one row refused by a foreign trigger in each of SQLite's ways:
+// the statement undone (ABORT), the statement stopped with its earlier rows kept (FAIL), the row skipped
+// without an error (IGNORE). The refused key fails alone with none of its rows written.
 func TestAppendKeys_ManyKeysEachAsAlone(t *testing.T) {
-	t.Run("no insert refused", func(t *testing.T) { appendManyKeysEachAsAlone(t, false) })
-	t.Run("one insert refused", func(t *testing.T) { appendManyKeysEachAsAlone(t, true) })
+	t.Run("no insert refused", func(t *testing.T) { appendManyKeysEachAsAlone(t, "") })
+	for _, raise := range []string{"ABORT, 'refused'", "FAIL, 'refused'", "IGNORE"} {
+		t.Run("RAISE("+raise+")", func(t *testing.T) { appendManyKeysEachAsAlone(t, raise) })
+	}
 }
 
-func appendManyKeysEachAsAlone(t *testing.T, refuseOne bool) {
+func appendManyKeysEachAsAlone(t *testing.T, raise string) {
 	st := openFile(t, filepath.Join(t.TempDir(), "strata.db"), sqlite.Options{})
 	ctx := t.Context()
 	keys := batchKeys(200)
@@ -169,10 +173,10 @@ func appendManyKeysEachAsAlone(t *testing.T, refuseOne bool) {
 	fillBatch(t, st, keys) // keys[i] holds ids 1..i
 	poisoned, refused := 40, -1
 	backendtest.SQLitePoison(t, st, batchNS, keys[poisoned])
-	if refuseOne {
+	if raise != "" {
 		refused = 41
 		if err := testenv.ExecUnchecked(ctx, st.DB(), `CREATE TRIGGER refuse BEFORE INSERT ON index_storage
-			WHEN new.key = '`+keys[refused]+`' AND new.id = 43 BEGIN SELECT RAISE(ABORT, 'refused'); END`); err != nil {
+			WHEN new.key = '`+keys[refused]+`' AND new.id = 43 BEGIN SELECT RAISE(`+raise+`); END`); err != nil {
 			t.Fatal(err)
 		}
 	}

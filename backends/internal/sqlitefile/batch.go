@@ -402,7 +402,7 @@ func insertAcross(ctx context.Context, tx *sql.Tx, ns string, reqs []is.KeyEntri
 		for _, e := range reqs[i].Entries {
 			args = append(args, ns, reqs[i].Key, int64(e.ID), orEmpty(e.Value))
 			if len(args) == cap(args) {
-				if _, err := tx.ExecContext(ctx, qInsertChunk, args...); err != nil {
+				if err := insertRows(ctx, tx, qInsertChunk, args); err != nil {
 					return err
 				}
 				args = args[:0]
@@ -410,7 +410,7 @@ func insertAcross(ctx context.Context, tx *sql.Tx, ns string, reqs []is.KeyEntri
 		}
 	}
 	for ; len(args) > 0; args = args[4:] {
-		if _, err := tx.ExecContext(ctx, qInsert, args[:4]...); err != nil {
+		if err := insertRows(ctx, tx, qInsert, args[:4]); err != nil {
 			return err
 		}
 	}

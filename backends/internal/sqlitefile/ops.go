@@ -113,17 +113,36 @@ func insert(ctx context.Context, tx *sql.Tx, ns, key string, entries []is.Entry)
 		for _, e := range entries[:insertChunk] {
 			args = append(args, ns, key, int64(e.ID), orEmpty(e.Value))
 		}
-		if _, err := tx.ExecContext(ctx, qInsertChunk, args...); err != nil {
+		if err := insertRows(ctx, tx, qInsertChunk, args); err != nil {
 			return err
 		}
 		entries = entries[insertChunk:]
 	}
 	for _, e := range entries {
-		if _, err := tx.ExecContext(ctx, qInsert, ns, key, int64(e.ID), orEmpty(e.Value)); err != nil {
+		if err := insertRows(ctx, tx, qInsert, []any{ns, key, int64(e.ID), orEmpty(e.Value)}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// insertRows runs an INSERT of len(args)/4 rows and fails unless it wrote every one of them: a foreign
+// trigger's RAISE(IGNORE) skips a row without an error, which would leave a key's part half written
+// while it reports success.
+func insertRows(ctx context.Context, tx *sql.Tx, query string, args []any) error {
+	n, err := execCountTx(ctx, tx, query, args...)
+	if err == nil && n != int64(len(args)/4) {
+		err = fmt.Errorf("the insert wrote %d of %d rows (a trigger skipped some)", n, len(args)/4)
+	}
+	return err
+}
+
+func execCountTx(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // Length is how many entries the index holds.
