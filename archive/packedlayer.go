@@ -198,12 +198,13 @@ func (p *Packed) LastIndexMany(ctx context.Context, mode oplog.Mode, agents []op
 	return lastIndexMany(ctx, p.st, oplog.BlobIndexNamespace(mode, p.level), p.name, agents)
 }
 
-// lastIndexMany reads the last id of each agent's index of ns in one call (ClosestLastMany of the
-// greatest id: its Closest part finds nothing, or the one entry there may be at is.MaxID).
+// lastIndexMany reads the last id of each agent's index of ns in one call: ClosestLastMany of an id
+// above is.MaxID, whose Closest part no entry can answer, so a backend skips its seek (PostgreSQL and
+// SQLite bind it as NULL, Redis reads an empty range) and reads the last id alone.
 func lastIndexMany(ctx context.Context, st is.Storage, ns, layer string, agents []oplog.AgentID) ([]oplog.LastResult, error) {
 	keys := make([]is.KeyID, len(agents))
 	for i, a := range agents {
-		keys[i] = is.KeyID{Key: a.StoredKey(), ID: is.MaxID}
+		keys[i] = is.KeyID{Key: a.StoredKey(), ID: is.MaxID + 1}
 	}
 	found, err := is.ClosestLastMany(ctx, st, ns, keys)
 	if err != nil {
