@@ -378,7 +378,11 @@ func appendAll(ctx context.Context, c *sql.Conn, tx *sql.Tx, ns string, reqs []i
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT append_all`); err != nil {
 		return nil, err
 	}
-	if err := insertAcross(ctx, tx, ns, reqs, insert); err != nil {
+	parts := make([]is.KeyEntries, len(insert))
+	for j, i := range insert {
+		parts[j] = reqs[i]
+	}
+	if err := insertParts(ctx, tx, ns, parts); err != nil {
 		if !KeyFault(ctx, err) || !inTransaction(c) {
 			return nil, err
 		}
@@ -392,29 +396,6 @@ func appendAll(ctx context.Context, c *sql.Conn, tx *sql.Tx, ns string, reqs []i
 		return nil, err
 	}
 	return each, nil
-}
-
-// insertAcross writes the entries of reqs at the positions at, in multi-row INSERTs of insertChunk rows
-// that run across keys, then the remainder row by row (two statement texts, as insert).
-func insertAcross(ctx context.Context, tx *sql.Tx, ns string, reqs []is.KeyEntries, at []int) error {
-	args := make([]any, 0, 4*insertChunk)
-	for _, i := range at {
-		for _, e := range reqs[i].Entries {
-			args = append(args, ns, reqs[i].Key, int64(e.ID), orEmpty(e.Value))
-			if len(args) == cap(args) {
-				if err := insertRows(ctx, tx, qInsertChunk, args); err != nil {
-					return err
-				}
-				args = args[:0]
-			}
-		}
-	}
-	for ; len(args) > 0; args = args[4:] {
-		if err := insertRows(ctx, tx, qInsert, args[:4]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // inWriteTx runs fn in one write transaction on the writer (BEGIN IMMEDIATE: the write lock from the

@@ -104,22 +104,29 @@ var qInsertChunk = func() string {
 	return b.String()
 }()
 
-// insert writes entries in whole chunks, then the remainder row by row, so that only two statement
-// texts exist and both stay in the connection's statement cache.
+// insert writes one key's entries (insertParts of that key alone).
 func insert(ctx context.Context, tx *sql.Tx, ns, key string, entries []is.Entry) error {
+	return insertParts(ctx, tx, ns, []is.KeyEntries{{Key: key, Entries: entries}})
+}
+
+// insertParts writes the entries of parts, in order, in multi-row INSERTs of insertChunk rows that run
+// across keys, then the remainder row by row, so that only two statement texts exist and both stay in
+// the connection's statement cache.
+func insertParts(ctx context.Context, tx *sql.Tx, ns string, parts []is.KeyEntries) error {
 	args := make([]any, 0, 4*insertChunk)
-	for len(entries) >= insertChunk {
-		args = args[:0]
-		for _, e := range entries[:insertChunk] {
-			args = append(args, ns, key, int64(e.ID), orEmpty(e.Value))
+	for _, p := range parts {
+		for _, e := range p.Entries {
+			args = append(args, ns, p.Key, int64(e.ID), orEmpty(e.Value))
+			if len(args) == cap(args) {
+				if err := insertRows(ctx, tx, qInsertChunk, args); err != nil {
+					return err
+				}
+				args = args[:0]
+			}
 		}
-		if err := insertRows(ctx, tx, qInsertChunk, args); err != nil {
-			return err
-		}
-		entries = entries[insertChunk:]
 	}
-	for _, e := range entries {
-		if err := insertRows(ctx, tx, qInsert, []any{ns, key, int64(e.ID), orEmpty(e.Value)}); err != nil {
+	for ; len(args) > 0; args = args[4:] {
+		if err := insertRows(ctx, tx, qInsert, args[:4]); err != nil {
 			return err
 		}
 	}
@@ -130,19 +137,15 @@ func insert(ctx context.Context, tx *sql.Tx, ns, key string, entries []is.Entry)
 // trigger's RAISE(IGNORE) skips a row without an error, which would leave a key's part half written
 // while it reports success.
 func insertRows(ctx context.Context, tx *sql.Tx, query string, args []any) error {
-	n, err := execCountTx(ctx, tx, query, args...)
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
 	if err == nil && n != int64(len(args)/4) {
 		err = fmt.Errorf("the insert wrote %d of %d rows (a trigger skipped some)", n, len(args)/4)
 	}
 	return err
-}
-
-func execCountTx(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
-	res, err := tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // Length is how many entries the index holds.
