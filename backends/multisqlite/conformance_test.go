@@ -35,3 +35,11 @@ func TestConformance_TinyPool(t *testing.T) {
 	b.Poison = multisqlite.Poison
 	storagetest.Run(t, b.Harness())
 }
+
+// TestConformance_Shared runs the suite with every namespace kept in one shared file, the layout of
+// the blob layer's index (Shared): every operation goes to that file's store instead of a file a key.
+func TestConformance_Shared(t *testing.T) {
+	b := backendtest.MultiSQLiteSetUp(multisqlite.Options{}, multisqlite.ShareEveryNamespace)
+	b.Poison = multisqlite.SharedPoison
+	storagetest.Run(t, b.Harness())
+}

@@ -110,6 +110,11 @@ type Store struct {
 	closed   atomic.Bool
 	removed  atomic.Int64
 
+	// shared holds the stores of the namespaces kept in one file (shared.go).
+	shared sharedFiles
+	// shareAll keeps every namespace in one file (tests only: the suite runs against the shared layout).
+	shareAll bool
+
 	// unsafeNoLock takes the removal protocol's locks out (tests only: it shows what they prevent).
 	unsafeNoLock bool
 	// hooks, set by tests only, run at the protocol's steps.
@@ -237,7 +242,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	if err := s.pool.close(); err != nil {
+	if err := errors.Join(s.pool.close(), s.closeShared()); err != nil {
 		return fmt.Errorf("multisqlite: close: %w", err)
 	}
 	return nil
@@ -339,6 +344,12 @@ func (s *Store) tidy(ctx context.Context, found, empty bool, ns, key string) {
 }
 
 func (s *Store) Exists(ctx context.Context, ns, key string) (exists bool, err error) {
+	if routed, err := s.onShared(ctx, is.OpExists, ns, key, reads, func(st sharedIndexes) (err error) {
+		exists, err = st.Exists(ctx, ns, key)
+		return err
+	}); routed {
+		return exists, err
+	}
 	found, err := s.index(ctx, is.OpExists, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		exists, err = f.Exists(ctx, ns, key)
 		return err
@@ -374,6 +385,11 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 		}
 		return nil
 	}
+	if routed, err := s.onShared(ctx, op, ns, key, creates, func(st sharedIndexes) error {
+		return st.AppendMany(ctx, ns, key, entries)
+	}); routed {
+		return err
+	}
 	empty := false
 	found, err := s.index(ctx, op, ns, key, true, func(f *sqlitefile.Engine) error {
 		err := f.Append(ctx, ns, key, entries)
@@ -388,6 +404,12 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 }
 
 func (s *Store) Length(ctx context.Context, ns, key string) (n uint64, err error) {
+	if routed, err := s.onShared(ctx, is.OpLength, ns, key, reads, func(st sharedIndexes) (err error) {
+		n, err = st.Length(ctx, ns, key)
+		return err
+	}); routed {
+		return n, err
+	}
 	found, err := s.index(ctx, is.OpLength, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		n, err = f.Length(ctx, ns, key)
 		return err
@@ -397,6 +419,12 @@ func (s *Store) Length(ctx context.Context, ns, key string) (n uint64, err error
 }
 
 func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) (out []is.Entry, err error) {
+	if routed, err := s.onShared(ctx, is.OpRead, ns, key, reads, func(st sharedIndexes) (err error) {
+		out, err = st.Read(ctx, ns, key, from, to)
+		return err
+	}); routed {
+		return out, err
+	}
 	_, err = s.index(ctx, is.OpRead, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		out, err = f.Read(ctx, ns, key, from, to)
 		return err
@@ -405,6 +433,12 @@ func (s *Store) Read(ctx context.Context, ns, key string, from, to uint64) (out 
 }
 
 func (s *Store) First(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
+	if routed, err := s.onShared(ctx, is.OpFirst, ns, key, reads, func(st sharedIndexes) (err error) {
+		e, ok, err = st.First(ctx, ns, key)
+		return err
+	}); routed {
+		return e, ok, err
+	}
 	found, err := s.index(ctx, is.OpFirst, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		e, ok, err = f.First(ctx, ns, key)
 		return err
@@ -414,6 +448,12 @@ func (s *Store) First(ctx context.Context, ns, key string) (e is.Entry, ok bool,
 }
 
 func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, err error) {
+	if routed, err := s.onShared(ctx, is.OpLast, ns, key, reads, func(st sharedIndexes) (err error) {
+		e, ok, err = st.Last(ctx, ns, key)
+		return err
+	}); routed {
+		return e, ok, err
+	}
 	found, err := s.index(ctx, is.OpLast, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		e, ok, err = f.Last(ctx, ns, key)
 		return err
@@ -423,6 +463,12 @@ func (s *Store) Last(ctx context.Context, ns, key string) (e is.Entry, ok bool, 
 }
 
 func (s *Store) LastID(ctx context.Context, ns, key string) (id uint64, ok bool, err error) {
+	if routed, err := s.onShared(ctx, is.OpLastID, ns, key, reads, func(st sharedIndexes) (err error) {
+		id, ok, err = st.LastID(ctx, ns, key)
+		return err
+	}); routed {
+		return id, ok, err
+	}
 	found, err := s.index(ctx, is.OpLastID, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		id, ok, err = f.LastID(ctx, ns, key)
 		return err
@@ -432,6 +478,12 @@ func (s *Store) LastID(ctx context.Context, ns, key string) (id uint64, ok bool,
 }
 
 func (s *Store) Closest(ctx context.Context, ns, key string, id uint64) (e is.Entry, ok bool, err error) {
+	if routed, err := s.onShared(ctx, is.OpClosest, ns, key, reads, func(st sharedIndexes) (err error) {
+		e, ok, err = st.Closest(ctx, ns, key, id)
+		return err
+	}); routed {
+		return e, ok, err
+	}
 	_, err = s.index(ctx, is.OpClosest, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		e, ok, err = f.Closest(ctx, ns, key, id)
 		return err
@@ -447,6 +499,15 @@ func (s *Store) ClosestLast(ctx context.Context, ns, key string, id uint64) (is.
 
 // closestLast is ClosestLast as operation op: one statement on the index's file, so of one state of it.
 func (s *Store) closestLast(ctx context.Context, op is.Operation, ns, key string, id uint64) (r is.ClosestLastResult) {
+	if routed, err := s.onShared(ctx, op, ns, key, reads, func(st sharedIndexes) (err error) {
+		r.Entry, r.Found, r.Last, r.Exists, err = st.ClosestLast(ctx, ns, key, id)
+		return err
+	}); routed {
+		if err != nil {
+			return is.ClosestLastResult{Err: err}
+		}
+		return r
+	}
 	ok, err := s.index(ctx, op, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		r.Entry, r.Found, r.Last, r.Exists, err = f.ClosestLast(ctx, ns, key, id)
 		return err
@@ -468,6 +529,15 @@ func (s *Store) DropPrefix(ctx context.Context, ns, key string, upTo uint64) (n 
 // dropPrefix is DropPrefix as operation op. A failure to remove the emptied file keeps the count: the
 // entries are gone.
 func (s *Store) dropPrefix(ctx context.Context, op is.Operation, ns, key string, upTo uint64) (r is.DropResult) {
+	if routed, err := s.onShared(ctx, op, ns, key, modifies, func(st sharedIndexes) (err error) {
+		r.Dropped, err = st.DropPrefix(ctx, ns, key, upTo)
+		return err
+	}); routed {
+		if err != nil {
+			return is.DropResult{Err: err}
+		}
+		return r
+	}
 	empty := false
 	found, err := s.index(ctx, op, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		if r.Dropped, err = f.DropPrefix(ctx, ns, key, upTo); err != nil {
@@ -540,10 +610,18 @@ func (s *Store) beginBatch(op is.Operation, ns string, reqs []is.KeyID) error {
 // shared lock, a few files at once (is.BatchReader). A file that cannot be opened or read fails its
 // key only; so does the store's closing or the caller's cancellation midway, key by key.
 func (s *Store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	var out []is.ClosestLastResult
+	if routed, err := s.onShared(ctx, is.OpClosestLastMany, ns, "", reads, func(st sharedIndexes) (err error) {
+		out, err = st.ClosestLastMany(ctx, ns, reqs)
+		return err
+	}); routed {
+		relabelEach(is.OpClosestLastMany, out, func(r *is.ClosestLastResult) *error { return &r.Err })
+		return out, err
+	}
 	if err := s.beginBatch(is.OpClosestLastMany, ns, reqs); err != nil {
 		return nil, err
 	}
-	out := make([]is.ClosestLastResult, len(reqs))
+	out = make([]is.ClosestLastResult, len(reqs))
 	eachKey(len(reqs), func(i int) {
 		if err := untried(ctx); err != nil {
 			out[i].Err = fail(is.OpClosestLastMany, ns, reqs[i].Key, err)
@@ -558,13 +636,21 @@ func (s *Store) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID)
 // its own file's transaction, and a file it empties is removed by the removal protocol before the call
 // returns. One key's failure is its own.
 func (s *Store) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.DropResult, error) {
+	var out []is.DropResult
+	if routed, err := s.onShared(ctx, is.OpDropPrefixMany, ns, "", modifies, func(st sharedIndexes) (err error) {
+		out, err = st.DropPrefixMany(ctx, ns, reqs)
+		return err
+	}); routed {
+		relabelEach(is.OpDropPrefixMany, out, func(r *is.DropResult) *error { return &r.Err })
+		return out, err
+	}
 	if err := s.beginBatch(is.OpDropPrefixMany, ns, reqs); err != nil {
 		return nil, err
 	}
 	if s.readOnly {
 		return nil, fail(is.OpDropPrefixMany, ns, "", fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
 	}
-	out := make([]is.DropResult, len(reqs))
+	out = make([]is.DropResult, len(reqs))
 	eachKey(len(reqs), func(i int) {
 		if err := untried(ctx); err != nil {
 			out[i].Err = fail(is.OpDropPrefixMany, ns, reqs[i].Key, err)
@@ -592,7 +678,15 @@ func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 	if s.readOnly {
 		return nil, fail(op, ns, "", fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
 	}
-	out := make([]error, len(reqs))
+	var out []error
+	if routed, err := s.onShared(ctx, op, ns, "", creates, func(st sharedIndexes) (err error) {
+		out, err = st.AppendKeys(ctx, ns, reqs)
+		return err
+	}); routed {
+		relabelEach(op, out, func(e *error) *error { return e })
+		return out, err
+	}
+	out = make([]error, len(reqs))
 	eachKey(len(reqs), func(i int) {
 		if len(reqs[i].Entries) == 0 {
 			return // AppendMany of nothing touches nothing: no file is opened or made
@@ -608,6 +702,11 @@ func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 
 // Delete removes the index's rows and then its file.
 func (s *Store) Delete(ctx context.Context, ns, key string) error {
+	if routed, err := s.onShared(ctx, is.OpDelete, ns, key, modifies, func(st sharedIndexes) error {
+		return st.Delete(ctx, ns, key)
+	}); routed {
+		return err
+	}
 	found, err := s.index(ctx, is.OpDelete, ns, key, false, func(f *sqlitefile.Engine) error {
 		return f.Delete(ctx, ns, key)
 	})
@@ -648,6 +747,13 @@ func parseResume(from is.Resume) (dir, name string, start bool, err error) {
 // read. A failure that is not the file's own (see fileFault) fails the page. A walk from the start
 // lists the files of the layout before buckets in its first page's Unreadable too.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
+	var page is.Page
+	if routed, err := s.onShared(ctx, is.OpScanStable, ns, "", reads, func(st sharedIndexes) (err error) {
+		page, err = st.ScanStable(ctx, ns, r, from, count)
+		return err
+	}); routed {
+		return page, err
+	}
 	if err := is.ValidateScanRange(ns, r, count); err != nil {
 		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
@@ -663,7 +769,6 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	if err != nil {
 		return is.Page{}, fail(is.OpScanStable, ns, "", err)
 	}
-	var page is.Page
 	if start {
 		for _, name := range lst.legacy {
 			page.Unreadable = append(page.Unreadable, is.Unreadable{Where: dirName(ns) + "/" + name, Err: errLegacy})
@@ -718,6 +823,14 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 // read fails the call, naming the file: Scan has no way to say it passed a file over, and skipping one
 // silently would hide its key from the caller.
 func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, count int) (uint64, []string, error) {
+	var next uint64
+	var keys []string
+	if routed, err := s.onShared(ctx, is.OpScan, ns, "", reads, func(st sharedIndexes) (err error) {
+		next, keys, err = st.Scan(ctx, ns, prefix, cursor, count)
+		return err
+	}); routed {
+		return next, keys, err
+	}
 	if err := is.ValidateScan(ns, prefix, count); err != nil {
 		return 0, nil, fail(is.OpScan, ns, "", err)
 	}
@@ -748,7 +861,6 @@ func (s *Store) Scan(ctx context.Context, ns, prefix string, cursor uint64, coun
 	if count < end-i {
 		end = i + count
 	}
-	var keys []string
 	for _, loc := range files[i:end] {
 		found, err := s.fileKeys(ctx, ns, loc, r)
 		if err != nil {

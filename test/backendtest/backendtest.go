@@ -127,11 +127,18 @@ func MultiSQLite() Backend { return MultiSQLiteWith(multisqlite.Options{}) }
 
 // MultiSQLiteWith is multi-file SQLite opened with opts. Its raw walk and poison reach the files
 // through the package's internals, so its own test sets them.
-func MultiSQLiteWith(opts multisqlite.Options) Backend {
+func MultiSQLiteWith(opts multisqlite.Options) Backend { return MultiSQLiteSetUp(opts, nil) }
+
+// MultiSQLiteSetUp is MultiSQLiteWith with setUp called on each store it opens, before its first
+// operation (a test's way into the package's insides). A nil setUp does nothing.
+func MultiSQLiteSetUp(opts multisqlite.Options, setUp func(*multisqlite.Store)) Backend {
 	open := func(tb testing.TB, dir string) is.Storage {
 		st, err := multisqlite.New(tb.Context(), dir, &opts)
 		if err != nil {
 			tb.Fatalf("multisqlite: %v", err)
+		}
+		if setUp != nil {
+			setUp(st)
 		}
 		return closing(tb, st)
 	}

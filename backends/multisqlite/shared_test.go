@@ -1,0 +1,254 @@
+package multisqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stratalog/strata/backends/sqlite"
+	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
+)
+
+// sharedPoison adds to the shared file of ns a row of key whose id is text, as SQLitePoison does to a
+// SQLite file (test/backendtest): a foreign writer that got the schema's types wrong.
+func sharedPoison(tb testing.TB, st is.Storage, ns, key string) {
+	tb.Helper()
+	s := st.(*Store)
+	sh, err := s.sharedStore(context.Background(), ns, true)
+	if err != nil {
+		tb.Fatalf("poison %s:%q: %v", ns, key, err)
+	}
+	if err := testenv.ExecUnchecked(context.Background(), sh.(*sqlite.Store).DB(),
+		`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 'abc', x'00')`, ns, key); err != nil {
+		tb.Fatalf("poison %s:%q: %v", ns, key, err)
+	}
+}
+
+func TestShared_Rule(t *testing.T) {
+	for ns, want := range map[string]bool{
+		"sweep/blobindex/0":    true,
+		"durable/blobindex/12": true,
+		"sweep/blobindex/":     false,
+		"sweep/blobindex/0x":   false,
+		"/blobindex/0":         false,
+		"a/b/blobindex/0":      false,
+		"sweep/blob/0":         false,
+		"sweep/blobindex/0/x":  false,
+		"sweep/compressed/0":   false,
+		"sweep/blobindexes/0":  false,
+		"sweep/xblobindex/0":   false,
+	} {
+		if got := Shared(ns); got != want {
+			t.Errorf("Shared(%q) = %v, want %v", ns, got, want)
+		}
+	}
+}
+
+// blobIndexNS is a namespace of the shared layout, as the archive names its blob index.
+const blobIndexNS = "sweep/blobindex/0"
+
+// dbFiles lists the SQLite files (not their -wal and -shm) under dir.
+func dbFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Ext(path) == ".db" {
+			rel, _ := filepath.Rel(dir, path)
+			out = append(out, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestShared_OneFileForManyIndexes: a batch of a blob index's rows lands in the namespace's one file,
+// and what a reader gets back is what was written; reads before the first write create nothing.
+func TestShared_OneFileForManyIndexes(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	st, err := New(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	// Reads of a shared namespace that has no file yet: empty answers, and no file made.
+	if ok, err := st.Exists(ctx, blobIndexNS, "0001/a"); err != nil || ok {
+		t.Fatalf("Exists before any write = %v, %v", ok, err)
+	}
+	res, err := st.ClosestLastMany(ctx, blobIndexNS, []is.KeyID{{Key: "0001/a", ID: is.MaxID + 1}})
+	if err != nil || res[0].Err != nil || res[0].Exists {
+		t.Fatalf("ClosestLastMany before any write = %+v, %v", res, err)
+	}
+	if page, err := st.ScanStable(ctx, blobIndexNS, is.KeyRange{}, is.Resume{}, 10); err != nil || !page.Done || len(page.Keys) != 0 {
+		t.Fatalf("ScanStable before any write = %+v, %v", page, err)
+	}
+	if n, err := st.DropPrefix(ctx, blobIndexNS, "0001/a", 5); err != nil || n != 0 {
+		t.Fatalf("DropPrefix before any write = %d, %v", n, err)
+	}
+	if files := dbFiles(t, dir); len(files) != 0 {
+		t.Fatalf("reads made files: %v", files)
+	}
+
+	const keys = 128
+	reqs := make([]is.KeyEntries, keys)
+	for i := range reqs {
+		// The longest key, non-ASCII and a bucketed key among them.
+		key := fmt.Sprintf("%04x/agent-%d-é", i, i)
+		if i == 7 {
+			key = "other:" + strings.Repeat("k", is.MaxKeyLen-len("other:"))
+		}
+		reqs[i] = is.KeyEntries{Key: key, Entries: []is.Entry{{ID: uint64(i + 1), Value: []byte(key)}}}
+	}
+	errs, err := st.AppendKeys(ctx, blobIndexNS, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("key %d: %v", i, e)
+		}
+	}
+	if files := dbFiles(t, dir); len(files) != 1 || files[0] != filepath.Join(dirName(blobIndexNS), SharedFileName) {
+		t.Fatalf("files after a batch of %d = %v, want the one shared file", keys, files)
+	}
+	// A second store on the directory (another sidecar) reads every row back.
+	other, err := New(ctx, dir, &Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for i, r := range reqs {
+		got, err := other.Read(ctx, blobIndexNS, r.Key, 0, is.MaxID)
+		if err != nil || len(got) != 1 || got[0].ID != uint64(i+1) || string(got[0].Value) != r.Key {
+			t.Fatalf("key %d read back %+v, %v", i, got, err)
+		}
+	}
+	var walked []string
+	for from := (is.Resume{}); ; {
+		page, err := other.ScanStable(ctx, blobIndexNS, is.KeyRange{}, from, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		walked = append(walked, page.Keys...)
+		if page.Done {
+			break
+		}
+		from = page.Next
+	}
+	if len(walked) != keys {
+		t.Fatalf("walk found %d keys, want %d", len(walked), keys)
+	}
+	// A conflict fails its key alone, named by this backend and the batch's operation.
+	errs, err = st.AppendKeys(ctx, blobIndexNS, []is.KeyEntries{
+		{Key: reqs[0].Key, Entries: []is.Entry{{ID: 1, Value: []byte("again")}}},
+		{Key: reqs[1].Key, Entries: []is.Entry{{ID: 10, Value: []byte("more")}}},
+	})
+	if err != nil || !errors.Is(errs[0], is.ErrConflict) || errs[1] != nil {
+		t.Fatalf("conflicting batch = %v, %v", errs, err)
+	}
+	var oe *is.OpError
+	if !errors.As(errs[0], &oe) || oe.Backend != backendName || oe.Op != is.OpAppendKeys || oe.Key != reqs[0].Key {
+		t.Fatalf("conflict error %v is not named multisqlite append_keys of its key", errs[0])
+	}
+	// The read-only store writes nothing, whether the file exists or not.
+	if err := other.Append(ctx, blobIndexNS, reqs[2].Key, 100, []byte("x")); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("read-only Append = %v", err)
+	}
+	if err := other.Delete(ctx, "sweep/blobindex/1", "k"); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("read-only Delete of a namespace without a file = %v", err)
+	}
+	// Dropping every row keeps the file (its namespace goes on), and the indexes are gone.
+	drops := make([]is.KeyID, keys)
+	for i, r := range reqs {
+		drops[i] = is.KeyID{Key: r.Key, ID: is.MaxID}
+	}
+	dropped, err := st.DropPrefixMany(ctx, blobIndexNS, drops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := uint64(0)
+	for _, d := range dropped {
+		if d.Err != nil {
+			t.Fatal(d.Err)
+		}
+		total += d.Dropped
+	}
+	if total != keys+1 {
+		t.Fatalf("dropped %d entries, want %d", total, keys+1)
+	}
+	if ok, err := other.Exists(ctx, blobIndexNS, reqs[1].Key); err != nil || ok {
+		t.Fatalf("Exists after the drop = %v, %v", ok, err)
+	}
+}
+
+// TestShared_TwoStoresRace: two stores on one directory (two sidecars) append batches to the same
+// shared namespace at once, one chunk id per agent each; every row lands once, and each index refuses
+// the id the other store wrote first.
+func TestShared_TwoStoresRace(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	stores := make([]*Store, 2)
+	for i := range stores {
+		st, err := New(ctx, dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		stores[i] = st
+	}
+	const rounds, keys = 20, 32
+	var mu sync.Mutex
+	won := map[string]int{}
+	var wg sync.WaitGroup
+	for w, st := range stores {
+		wg.Go(func() {
+			for r := range rounds {
+				reqs := make([]is.KeyEntries, keys)
+				for k := range reqs {
+					reqs[k] = is.KeyEntries{Key: fmt.Sprintf("0000/a%d", k), Entries: []is.Entry{{ID: uint64(r + 1), Value: []byte{byte(w)}}}}
+				}
+				errs, err := st.AppendKeys(ctx, blobIndexNS, reqs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for k, e := range errs {
+					switch {
+					case e == nil:
+						mu.Lock()
+						won[fmt.Sprintf("%s@%d", reqs[k].Key, r+1)]++
+						mu.Unlock()
+					case !errors.Is(e, is.ErrConflict):
+						t.Error(e)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range keys {
+		key := fmt.Sprintf("0000/a%d", k)
+		got, err := stores[0].Read(ctx, blobIndexNS, key, 0, is.MaxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != rounds {
+			t.Fatalf("%s holds %d entries, want %d", key, len(got), rounds)
+		}
+		for _, e := range got {
+			if n := won[fmt.Sprintf("%s@%d", key, e.ID)]; n != 1 {
+				t.Fatalf("%s id %d: %d appends reported it written, want 1", key, e.ID, n)
+			}
+		}
+	}
+}
