@@ -51,13 +51,22 @@ type sharedIndexes interface {
 
 // sharedFiles are the open stores of the shared namespaces' files. A shared file is never removed
 // (its namespace's indexes come and go as its rows do), so once open its store stays open until
-// Close.
+// Close; on a read-only store, until a read finds that a writer changed a file it read as immutable
+// (sqlitefile's ReadOnly), when the next operation opens it afresh, as withFile does a file an index.
 type sharedFiles struct {
-	mu     sync.Mutex
-	stores map[string]*sqlite.Store
+	mu    sync.Mutex
+	files map[string]*sharedFile
 	// empty stands for a shared namespace whose file does not exist yet, for reads: they create
 	// nothing, as a read of a missing index in its own file does not.
 	empty *memory.Store
+}
+
+// sharedFile is one open shared file: its store, the operations using it, and whether it was taken
+// off the map (then its last operation closes it).
+type sharedFile struct {
+	st        *sqlite.Store
+	refs      int
+	discarded bool
 }
 
 // isShared reports whether ns is kept in one file by this store (Shared, or every namespace for tests).
@@ -68,18 +77,19 @@ func (s *Store) sharedPath(ns string) string {
 	return filepath.Join(s.NamespaceDir(ns), SharedFileName)
 }
 
-// sharedStore returns the store of ns's shared file, opening it (and with create, unless the store is
-// read-only, creating it and its directory) the first time. Without the file, a read gets an empty
-// store instead: the namespace holds nothing yet.
-func (s *Store) sharedStore(ctx context.Context, ns string, create bool) (sharedIndexes, error) {
+// sharedStore returns the open shared file of ns, opening it (and with create, unless the store is
+// read-only, creating it and its directory) the first time; the caller releases it. Without the
+// file, a read gets nil and the empty store instead: the namespace holds nothing yet.
+func (s *Store) sharedStore(ctx context.Context, ns string, create bool) (*sharedFile, sharedIndexes, error) {
 	sh := &s.shared
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if s.closed.Load() {
-		return nil, is.ErrClosed
+		return nil, nil, is.ErrClosed
 	}
-	if st := sh.stores[ns]; st != nil {
-		return st, nil
+	if f := sh.files[ns]; f != nil {
+		f.refs++
+		return f, f.st, nil
 	}
 	path := s.sharedPath(ns)
 	if !create || s.readOnly {
@@ -87,35 +97,60 @@ func (s *Store) sharedStore(ctx context.Context, ns string, create bool) (shared
 			if sh.empty == nil {
 				sh.empty = memory.New()
 			}
-			return sh.empty, nil
+			return nil, sh.empty, nil
 		} else if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	st, err := sqlite.New(ctx, path, &sqlite.Options{BusyTimeout: s.busy, MustExist: !create, ReadOnly: s.readOnly})
 	if err != nil {
-		return nil, sqlitefile.Classify(err, false)
+		return nil, nil, sqlitefile.Classify(err, false)
 	}
-	if sh.stores == nil {
-		sh.stores = make(map[string]*sqlite.Store)
+	if sh.files == nil {
+		sh.files = make(map[string]*sharedFile)
 	}
-	sh.stores[ns] = st
-	return st, nil
+	f := &sharedFile{st: st, refs: 1}
+	sh.files[ns] = f
+	return f, st, nil
 }
 
-// closeShared closes the shared files' stores; the caller has marked the store closed.
+// releaseShared ends an operation's use of f (nil: the empty store), taking it off the map first
+// when discard is set; a file off the map is closed by its last operation.
+func (s *Store) releaseShared(ns string, f *sharedFile, discard bool) {
+	if f == nil {
+		return
+	}
+	sh := &s.shared
+	sh.mu.Lock()
+	f.refs--
+	if discard && !f.discarded {
+		f.discarded = true
+		if sh.files[ns] == f {
+			delete(sh.files, ns)
+		}
+	}
+	closing := f.discarded && f.refs == 0
+	sh.mu.Unlock()
+	if closing {
+		_ = f.st.Close() // a read-only store's: nothing to lose
+	}
+}
+
+// closeShared closes the shared files' stores; the caller has marked the store closed. An operation
+// still on one fails as on a closed store.
 func (s *Store) closeShared() error {
 	sh := &s.shared
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var errs []error
-	for ns, st := range sh.stores {
-		if err := st.Close(); err != nil {
+	for ns, f := range sh.files {
+		if err := f.st.Close(); err != nil {
 			errs = append(errs, err)
 		}
-		delete(sh.stores, ns)
+		f.discarded = true
+		delete(sh.files, ns)
 	}
 	return errors.Join(errs...)
 }
@@ -139,11 +174,14 @@ func (s *Store) onShared(ctx context.Context, op is.Operation, ns, key string, a
 	if a != reads && s.readOnly {
 		return true, fail(op, ns, key, fmt.Errorf("%w: the store was opened read-only", is.ErrInvalidArgument))
 	}
-	st, err := s.sharedStore(ctx, ns, a == creates)
+	f, st, err := s.sharedStore(ctx, ns, a == creates)
 	if err != nil {
 		return true, fail(op, ns, key, fmt.Errorf("%s: %w", where(ns, SharedFileName), err))
 	}
-	return true, relabel(op, fn(st))
+	err = fn(st)
+	// A file read as immutable that a writer has touched since fails every read: open it afresh.
+	s.releaseShared(ns, f, s.readOnly && is.IsTransient(err))
+	return true, relabel(op, err)
 }
 
 // relabel names this backend and op (an Append is its store's AppendMany) in an error of the store of

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stratalog/strata/backends/sqlite"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
 )
@@ -20,11 +19,12 @@ import (
 func sharedPoison(tb testing.TB, st is.Storage, ns, key string) {
 	tb.Helper()
 	s := st.(*Store)
-	sh, err := s.sharedStore(context.Background(), ns, true)
+	f, _, err := s.sharedStore(context.Background(), ns, true)
 	if err != nil {
 		tb.Fatalf("poison %s:%q: %v", ns, key, err)
 	}
-	if err := testenv.ExecUnchecked(context.Background(), sh.(*sqlite.Store).DB(),
+	defer s.releaseShared(ns, f, false)
+	if err := testenv.ExecUnchecked(context.Background(), f.st.DB(),
 		`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 'abc', x'00')`, ns, key); err != nil {
 		tb.Fatalf("poison %s:%q: %v", ns, key, err)
 	}
@@ -250,5 +250,99 @@ func TestShared_TwoStoresRace(t *testing.T) {
 				t.Fatalf("%s id %d: %d appends reported it written, want 1", key, e.ID, n)
 			}
 		}
+	}
+}
+
+// TestShared_ReadOnlySeesLaterWrites: a read-only store (strata verify, strata scan) that read the
+// shared file while no writer had it open (immutable) reads what a writer appends afterwards, after at
+// most one read that fails transiently, as with a file an index; it does not fail every read from then on.
+func TestShared_ReadOnlySeesLaterWrites(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	w, err := New(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(ctx, blobIndexNS, "0001/a", 1, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil { // the file is idle: every commit in the main file
+		t.Fatal(err)
+	}
+	ro, err := New(ctx, dir, &Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if got, err := ro.Read(ctx, blobIndexNS, "0001/a", 0, is.MaxID); err != nil || len(got) != 1 {
+		t.Fatalf("read-only read = %+v, %v", got, err)
+	}
+	w2, err := New(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if err := w2.Append(ctx, blobIndexNS, "0001/a", 2, []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	var got []is.Entry
+	for attempt := 1; ; attempt++ {
+		got, err = ro.Read(ctx, blobIndexNS, "0001/a", 0, is.MaxID)
+		if err == nil {
+			break
+		}
+		if !is.IsTransient(err) || attempt == 3 {
+			t.Fatalf("read-only read after a write, attempt %d: %v", attempt, err)
+		}
+	}
+	if len(got) != 2 || string(got[1].Value) != "two" {
+		t.Fatalf("read-only read after a write = %+v", got)
+	}
+}
+
+// TestShared_CorruptFile: a shared file that is not a database fails its namespace's operations with
+// an error naming the file, is left as it was (a write does not replace it), and touches no other
+// namespace.
+func TestShared_CorruptFile(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	st, err := New(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	path := filepath.Join(dir, dirName(blobIndexNS), SharedFileName)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, notADatabase, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, op := range map[string]func() error{
+		"Append": func() error { return st.Append(ctx, blobIndexNS, "0001/a", 1, []byte("x")) },
+		"Read":   func() error { _, err := st.Read(ctx, blobIndexNS, "0001/a", 0, 9); return err },
+		"AppendKeys": func() error {
+			_, err := st.AppendKeys(ctx, blobIndexNS, []is.KeyEntries{{Key: "0001/a", Entries: []is.Entry{{ID: 1}}}})
+			return err
+		},
+		"ScanStable": func() error {
+			_, err := st.ScanStable(ctx, blobIndexNS, is.AllKeys, is.Resume{}, 10)
+			return err
+		},
+	} {
+		err := op()
+		var oe *is.OpError
+		if err == nil || !errors.As(err, &oe) || oe.Backend != backendName || !strings.Contains(err.Error(), SharedFileName) {
+			t.Errorf("%s on a corrupt shared file = %v, want a multisqlite error naming %s", name, err, SharedFileName)
+		}
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != string(notADatabase) {
+		t.Fatalf("the corrupt file was changed (%v)", err)
+	}
+	if err := st.Append(ctx, "sweep/blobindex/1", "0001/a", 1, []byte("x")); err != nil {
+		t.Fatalf("another shared namespace: %v", err)
+	}
+	if err := st.Append(ctx, "sweep/primary", "0001/a", 1, []byte("x")); err != nil {
+		t.Fatalf("a namespace of a file an index: %v", err)
 	}
 }
