@@ -752,6 +752,9 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 		page, err = st.ScanStable(ctx, ns, r, from, count)
 		return err
 	}); routed {
+		if err == nil && from.IsStart() {
+			page.Unreadable = append(page.Unreadable, s.strayFiles(ns)...)
+		}
 		return page, err
 	}
 	if err := is.ValidateScanRange(ns, r, count); err != nil {

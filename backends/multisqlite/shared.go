@@ -201,3 +201,35 @@ func relabelEach[T any](op is.Operation, out []T, errOf func(*T) *error) {
 		}
 	}
 }
+
+// errStray is the Unreadable error of a file an index found in a shared namespace's directory.
+var errStray = errors.New("a file an index in a namespace kept in one shared file (written by a build before shared files, or by a foreign writer), which this build does not read: see docs/multisqlite.md")
+
+// strayFiles lists the files an index in the directory of the shared namespace ns, which hold rows
+// no operation of this store reads: a walk from the start hands them back in its Unreadable, so that
+// they are reported rather than silently unseen. A directory that cannot be listed lists nothing here
+// (the walk itself read the shared file).
+func (s *Store) strayFiles(ns string) []is.Unreadable {
+	nsDir := s.NamespaceDir(ns)
+	dirs, err := os.ReadDir(nsDir)
+	if err != nil {
+		return nil
+	}
+	var out []is.Unreadable
+	for _, d := range dirs {
+		if isLegacyName(d.Name()) {
+			out = append(out, is.Unreadable{Where: where(ns, d.Name()), Err: errLegacy})
+		}
+		if !d.IsDir() || !isDirName(d.Name()) {
+			continue
+		}
+		names, err := readFiles(nsDir, d.Name())
+		if err != nil {
+			continue
+		}
+		for _, name := range names {
+			out = append(out, is.Unreadable{Where: where(ns, d.Name()+"/"+name), Err: errStray})
+		}
+	}
+	return out
+}

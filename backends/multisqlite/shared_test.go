@@ -346,3 +346,46 @@ func TestShared_CorruptFile(t *testing.T) {
 		t.Fatalf("a namespace of a file an index: %v", err)
 	}
 }
+
+// TestShared_StrayFilesAreReported: a file an index in a shared namespace's directory (a build before
+// shared files wrote it) is not read, and a walk from the start says so in its Unreadable instead of
+// leaving its rows silently unseen.
+func TestShared_StrayFilesAreReported(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	st, err := New(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Append(ctx, blobIndexNS, "0002/b", 1, []byte("row")); err != nil {
+		t.Fatal(err)
+	}
+	// A file of the per-key layout, made for another namespace and moved where the shared one lives.
+	if err := st.Append(ctx, "sweep/elsewhere", "0001/a", 1, []byte("stray")); err != nil {
+		t.Fatal(err)
+	}
+	from := st.FilePath("sweep/elsewhere", "0001/a")
+	closeFile(t, st.pool, from)
+	to := filepath.Join(st.NamespaceDir(blobIndexNS), "0001", filepath.Base(from))
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
+	page, err := st.ScanStable(ctx, blobIndexNS, is.AllKeys, is.Resume{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dirName(blobIndexNS) + "/0001/" + filepath.Base(from)
+	if len(page.Keys) != 1 || page.Keys[0] != "0002/b" || len(page.Unreadable) != 1 ||
+		page.Unreadable[0].Where != want || !errors.Is(page.Unreadable[0].Err, errStray) {
+		t.Fatalf("walk from the start = %+v, want key 0002/b and %s unreadable", page, want)
+	}
+	if !page.Done {
+		if next, err := st.ScanStable(ctx, blobIndexNS, is.AllKeys, page.Next, 1); err != nil || len(next.Unreadable) != 0 {
+			t.Fatalf("a later page = %+v, %v: the stray is listed once a walk", next, err)
+		}
+	}
+}
