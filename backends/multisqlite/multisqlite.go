@@ -14,6 +14,10 @@
 // backends/internal/sqlitefile, multi-SQLite on one connection per file. Reads of a missing index never
 // create a file; only writes do.
 //
+// A blob layer's index namespace ("<mode>/blobindex/<level>", Shared) is the exception: its indexes,
+// one row an archived agent, all live in one file, <dir>/ns-<escaped namespace>/shared.db, which the
+// sqlite backend serves and which is never removed (shared.go).
+//
 // A file emptied by DropPrefix or Delete is removed, and its directory with it when that was the
 // directory's last file, by a protocol that never loses an append racing the removal, within the
 // process or from another process sharing the directory: flock(2) on the file's directory, shared
