@@ -208,9 +208,15 @@ func TestScanStable_BucketRangeVisitsOnlyItsBuckets(t *testing.T) {
 // walk2 is walk over a range.
 func walk2(t *testing.T, st *Store, r is.KeyRange, count int) []string {
 	t.Helper()
+	return walkNS(t, st, testNS, r, count)
+}
+
+// walkNS is a whole ScanStable walk of a range of ns.
+func walkNS(t *testing.T, st *Store, ns string, r is.KeyRange, count int) []string {
+	t.Helper()
 	var all []string
 	for from := (is.Resume{}); ; {
-		page, err := st.ScanStable(t.Context(), testNS, r, from, count)
+		page, err := st.ScanStable(t.Context(), ns, r, from, count)
 		if err != nil {
 			t.Fatalf("ScanStable: %v", err)
 		}

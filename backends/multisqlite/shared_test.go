@@ -75,11 +75,7 @@ func dbFiles(t *testing.T, dir string) []string {
 func TestShared_OneFileForManyIndexes(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	st, err := New(ctx, dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := open(t, dir, Options{})
 
 	// Reads of a shared namespace that has no file yet: empty answers, and no file made.
 	if ok, err := st.Exists(ctx, blobIndexNS, "0001/a"); err != nil || ok {
@@ -122,30 +118,14 @@ func TestShared_OneFileForManyIndexes(t *testing.T) {
 		t.Fatalf("files after a batch of %d = %v, want the one shared file", keys, files)
 	}
 	// A second store on the directory (another sidecar) reads every row back.
-	other, err := New(ctx, dir, &Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := open(t, dir, Options{ReadOnly: true})
 	for i, r := range reqs {
 		got, err := other.Read(ctx, blobIndexNS, r.Key, 0, is.MaxID)
 		if err != nil || len(got) != 1 || got[0].ID != uint64(i+1) || string(got[0].Value) != r.Key {
 			t.Fatalf("key %d read back %+v, %v", i, got, err)
 		}
 	}
-	var walked []string
-	for from := (is.Resume{}); ; {
-		page, err := other.ScanStable(ctx, blobIndexNS, is.KeyRange{}, from, 50)
-		if err != nil {
-			t.Fatal(err)
-		}
-		walked = append(walked, page.Keys...)
-		if page.Done {
-			break
-		}
-		from = page.Next
-	}
-	if len(walked) != keys {
+	if walked := walkNS(t, other, blobIndexNS, is.AllKeys, 50); len(walked) != keys {
 		t.Fatalf("walk found %d keys, want %d", len(walked), keys)
 	}
 	// A conflict fails its key alone, named by this backend and the batch's operation.
@@ -199,12 +179,7 @@ func TestShared_TwoStoresRace(t *testing.T) {
 	dir := t.TempDir()
 	stores := make([]*Store, 2)
 	for i := range stores {
-		st, err := New(ctx, dir, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		stores[i] = st
+		stores[i] = open(t, dir, Options{})
 	}
 	const rounds, keys = 20, 32
 	var mu sync.Mutex
@@ -259,33 +234,23 @@ func TestShared_TwoStoresRace(t *testing.T) {
 func TestShared_ReadOnlySeesLaterWrites(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	w, err := New(ctx, dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := open(t, dir, Options{})
 	if err := w.Append(ctx, blobIndexNS, "0001/a", 1, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil { // the file is idle: every commit in the main file
 		t.Fatal(err)
 	}
-	ro, err := New(ctx, dir, &Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := open(t, dir, Options{ReadOnly: true})
 	if got, err := ro.Read(ctx, blobIndexNS, "0001/a", 0, is.MaxID); err != nil || len(got) != 1 {
 		t.Fatalf("read-only read = %+v, %v", got, err)
 	}
-	w2, err := New(ctx, dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Close()
+	w2 := open(t, dir, Options{})
 	if err := w2.Append(ctx, blobIndexNS, "0001/a", 2, []byte("two")); err != nil {
 		t.Fatal(err)
 	}
 	var got []is.Entry
+	var err error
 	for attempt := 1; ; attempt++ {
 		got, err = ro.Read(ctx, blobIndexNS, "0001/a", 0, is.MaxID)
 		if err == nil {
@@ -306,11 +271,7 @@ func TestShared_ReadOnlySeesLaterWrites(t *testing.T) {
 func TestShared_CorruptFile(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	st, err := New(ctx, dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := open(t, dir, Options{})
 	path := filepath.Join(dir, dirName(blobIndexNS), SharedFileName)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -353,11 +314,7 @@ func TestShared_CorruptFile(t *testing.T) {
 func TestShared_StrayFilesAreReported(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	st, err := New(ctx, dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := open(t, dir, Options{})
 	if err := st.Append(ctx, blobIndexNS, "0002/b", 1, []byte("row")); err != nil {
 		t.Fatal(err)
 	}
