@@ -102,8 +102,16 @@ type Page struct {
 	// (LastIDs[i] is Keys[i]'s LastID then): a backend that can read them in the page's own query
 	// (SQL's max(id) … GROUP BY key) saves its caller a LastID call per key. Nil when it does not.
 	LastIDs []uint64
-	Next    Resume
-	Done    bool
+	// Stamps, when the backend sets it, holds a token of each key's index state taken without reading
+	// the index (Stamps[i] is Keys[i]'s): two walks that hand back the same non-empty stamp for a key
+	// saw the index unchanged in between (no append, drop or delete, and no delete and re-create).
+	// An empty stamp vouches for nothing (the backend could not tell, say because the index changed
+	// too recently for its clock to separate a later change). A backend whose pages carry LastIDs
+	// need not set it. Multi-file SQLite sets it from each file's metadata, so that a caller that
+	// only wants to know whether an index moved between two walks need not open the file.
+	Stamps []string
+	Next   Resume
+	Done   bool
 	// Unreadable lists what this page passed over because the backend could not read it: one index
 	// whose own storage is broken (a multi-file SQLite file that is not a database) fails that index,
 	// never the page or the walk. The walk moves past it; a caller counts it and meets it again on

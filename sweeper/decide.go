@@ -211,18 +211,43 @@ func idle(lastActive time.Time, known bool, born, now time.Time, minIdle time.Du
 	return now.Sub(lastActive) >= minIdle
 }
 
-// sighting is what the tracking table remembers of an agent: its last index and the pass that saw it.
+// sighting is what the tracking table remembers of an agent: its last index (or, sighted by its stamp
+// alone, the page's stamp of its index: see is.Page.Stamps) and the pass that saw it.
 type sighting struct {
 	index oplog.Index
-	pass  uint64
-	first time.Time // when the agent was first sighted (kept by every later sighting): the lag's start
+	// stamp is the page's stamp of the agent's index at this sighting ("" when the page carried none);
+	// unread says the index itself was not read then, so index is unknown (0).
+	stamp  string
+	unread bool
+	pass   uint64
+	first  time.Time // when the agent was first sighted (kept by every later sighting): the lag's start
 }
 
 // assess is the quiet gate: an agent moves only when its last index is unchanged since a sighting from
 // an earlier pass. A sighting from this same pass never qualifies, which is what keeps a key a walk
-// returns twice (Redis) from passing the gate within one pass.
-func assess(seen sighting, known bool, current oplog.Index, pass uint64) (move bool) {
-	return known && seen.index == current && seen.pass < pass
+// returns twice (Redis) from passing the gate within one pass. An earlier sighting that read no index
+// (sighted by its stamp) qualifies when this sighting's stamp is the same non-empty one: the index did
+// not change in between; where both sightings read the index, the indexes decide.
+func assess(seen sighting, known bool, current oplog.Index, stamp string, pass uint64) (move bool) {
+	if !known || seen.pass >= pass {
+		return false
+	}
+	if seen.unread {
+		return seen.stamp != "" && seen.stamp == stamp
+	}
+	return seen.index == current
+}
+
+// sightUnread reports whether a key whose page stamped it is sighted by that stamp alone, without a
+// read of its index: an agent not tracked yet, or tracked by a stamp alone from an earlier pass that
+// has changed since (either way no earlier sighting can pass the gate with this one, and the next
+// pass compares stamps). An agent whose earlier sighting can pass with this one is read, since a
+// candidate carries its index.
+func sightUnread(seen sighting, known bool, stamp string, pass uint64) bool {
+	if stamp == "" {
+		return false
+	}
+	return !known || (seen.unread && seen.pass < pass && seen.stamp != stamp)
 }
 
 // keep reports whether a tracking entry survives the completion of pass: it was seen in that pass or

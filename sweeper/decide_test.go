@@ -106,18 +106,49 @@ func TestAssess_QuietGateNeedsAnEarlierPass(t *testing.T) {
 		seen    sighting
 		known   bool
 		current oplog.Index
+		stamp   string
 		pass    uint64
 		move    bool
 	}{
-		{sighting{}, false, 5, 2, false},                 // never seen
-		{sighting{index: 5, pass: 1}, true, 5, 2, true},  // unchanged since the last pass
-		{sighting{index: 5, pass: 2}, true, 5, 2, false}, // seen in this pass already (a duplicate key)
-		{sighting{index: 4, pass: 1}, true, 5, 2, false}, // moved on
-		{sighting{index: 5, pass: 1}, true, 5, 7, true},  // any earlier pass will do
-		{sighting{index: 6, pass: 1}, true, 5, 2, false}, // went back (a second lifetime)
+		{sighting{}, false, 5, "", 2, false},                 // never seen
+		{sighting{index: 5, pass: 1}, true, 5, "", 2, true},  // unchanged since the last pass
+		{sighting{index: 5, pass: 2}, true, 5, "", 2, false}, // seen in this pass already (a duplicate key)
+		{sighting{index: 4, pass: 1}, true, 5, "", 2, false}, // moved on
+		{sighting{index: 5, pass: 1}, true, 5, "", 7, true},  // any earlier pass will do
+		{sighting{index: 6, pass: 1}, true, 5, "", 2, false}, // went back (a second lifetime)
+		// Sighted by a stamp alone: the stamps decide.
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, 5, "s1", 2, true},  // unchanged since the last pass
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, 5, "s2", 2, false}, // changed
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, 5, "", 2, false},   // no stamp now: nothing vouches
+		{sighting{stamp: "s1", unread: true, pass: 2}, true, 5, "s1", 2, false}, // this pass already
+		{sighting{stamp: "", unread: true, pass: 1}, true, 0, "", 2, false},     // an empty stamp vouches for nothing
+		// Both read: the indexes decide, whatever the stamps say.
+		{sighting{index: 5, stamp: "s1", pass: 1}, true, 5, "s2", 2, true},
+		{sighting{index: 4, stamp: "s1", pass: 1}, true, 5, "s1", 2, false},
 	} {
-		if got := assess(c.seen, c.known, c.current, c.pass); got != c.move {
-			t.Fatalf("assess(%+v, %v, %d, %d) = %v", c.seen, c.known, c.current, c.pass, got)
+		if got := assess(c.seen, c.known, c.current, c.stamp, c.pass); got != c.move {
+			t.Fatalf("assess(%+v, %v, %d, %q, %d) = %v", c.seen, c.known, c.current, c.stamp, c.pass, got)
+		}
+	}
+}
+
+func TestSightUnread_OnlyWhereNoEarlierSightingCanPass(t *testing.T) {
+	for _, c := range []struct {
+		seen   sighting
+		known  bool
+		stamp  string
+		pass   uint64
+		unread bool
+	}{
+		{sighting{}, false, "", 1, false},                                    // no stamp: read
+		{sighting{}, false, "s1", 1, true},                                   // first sighting
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s1", 2, false}, // may pass: read for the candidate's index
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s2", 2, true},  // changed: a new first sighting
+		{sighting{stamp: "s1", unread: true, pass: 2}, true, "s2", 2, false}, // a duplicate in this pass: read, as before
+		{sighting{index: 5, stamp: "s1", pass: 1}, true, "s2", 2, false},     // read before: read again, the indexes decide
+	} {
+		if got := sightUnread(c.seen, c.known, c.stamp, c.pass); got != c.unread {
+			t.Fatalf("sightUnread(%+v, %v, %q, %d) = %v", c.seen, c.known, c.stamp, c.pass, got)
 		}
 	}
 }

@@ -31,6 +31,11 @@ type probe struct {
 	beforeLast func(key string)        // as a read of key's last entry begins
 	afterRead  func(key string)        // after a read of one of key's entries (Closest) returns
 	noPageIDs  bool                    // pages carry no last ids: the sweep must read each key
+	// stamped: pages carry no last ids but a stamp of each key's index (is.Page.Stamps), as multi-file
+	// SQLite's do; the stamp is the index's last id, read past the count, so it is equal exactly while
+	// the index is unchanged.
+	stamped   bool
+	unvouched map[string]bool // keys a stamped page gives an empty stamp ("cannot tell")
 }
 
 // Last and LastID count as reads of key's last entry alike.
@@ -80,7 +85,7 @@ func (p *probe) readLast(ctx context.Context, ns, key string, read func() error)
 func (p *probe) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	p.mu.Lock()
 	p.pages++
-	n, dup, lat, hook, noIDs := p.pages, p.duplicate, p.latency, p.onPage, p.noPageIDs
+	n, dup, lat, hook, noIDs, stamped := p.pages, p.duplicate, p.latency, p.onPage, p.noPageIDs, p.stamped
 	p.mu.Unlock()
 	if hook != nil {
 		hook(n)
@@ -89,8 +94,23 @@ func (p *probe) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 		return is.Page{}, err
 	}
 	page, err := p.Storage.ScanStable(ctx, ns, r, from, count)
-	if noIDs {
+	if noIDs || stamped {
 		page.LastIDs = nil
+	}
+	if stamped && err == nil {
+		page.Stamps = make([]string, len(page.Keys))
+		for i, k := range page.Keys {
+			id, ok, err := p.Storage.LastID(ctx, ns, k)
+			if err != nil {
+				return is.Page{}, err
+			}
+			p.mu.Lock()
+			unvouched := p.unvouched[k]
+			p.mu.Unlock()
+			if ok && !unvouched {
+				page.Stamps[i] = fmt.Sprint("last ", id)
+			}
+		}
 	}
 	if dup {
 		var twice []string

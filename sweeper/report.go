@@ -31,8 +31,9 @@ type RouteReport struct {
 	// not yet afforded by a budget, declined as moved on, or failed. See route.lag.
 	Unarchived int
 	// The lag of those agents: when the oldest was first sighted (zero when none), the entries they hold
-	// (the sum of their last indices as the gate read them) and those entries' bytes, estimated at the
-	// route's bytes an entry moved so far.
+	// (the sum of their last indices as the gate read them; an agent sighted by its page's stamp alone,
+	// whose index the gate did not read, at the route's entries an archived agent so far) and those
+	// entries' bytes, estimated at the route's bytes an entry moved so far.
 	OldestUnarchived  time.Time
 	UnarchivedEntries uint64
 	UnarchivedBytes   int64

@@ -121,6 +121,9 @@ type route struct {
 	// movedEntries and movedBytes are what the route has moved since New (updated at the end of each
 	// tick): the bytes an entry, by which lag estimates its backlog's bytes and reserveBytes a batch's.
 	movedEntries, movedBytes int64
+	// movedAgents is how many agents the route has archived since New: with movedEntries, the entries
+	// an agent, by which lag estimates the entries of agents sighted by a stamp alone.
+	movedAgents int64
 }
 
 type candidate struct {
@@ -558,17 +561,26 @@ type sight struct {
 	worth   bool
 	last    oplog.Index
 	exists  bool
-	err     error // the last index could not be read
+	err     error  // the last index could not be read
+	stamp   string // the page's stamp of the key's index, "" when it carried none
+	unread  bool   // sighted by the stamp alone: last and exists were not read (the page listed it)
 }
 
 // sight triages a page's keys and finds the last index of those that survive: from the page itself
 // when the backend read them with it (Page.LastIDs), else by reading each, at most MaxConcurrency at
-// once, as the archive phase runs.
+// once, as the archive phase runs. A key the page stamped (Page.Stamps: multi-file SQLite) is read
+// only when an earlier sighting can pass the gate with this one (sightUnread): a first sighting, the
+// one a pass before the gate's second, costs no read of the index (on multi-file SQLite, no file
+// open). A durable route reads every index, since its gate looks at the primary above the source.
 func (s *Sweeper) sight(t *tick, r *route, page is.Page) []sight {
 	sights := make([]sight, len(page.Keys))
 	ids := page.LastIDs
 	if len(ids) != len(page.Keys) {
 		ids = nil // a page whose ids do not pair with its keys has none to trust
+	}
+	stamps := page.Stamps
+	if len(stamps) != len(page.Keys) || r.primaryBelow {
+		stamps = nil
 	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, s.cfg.MaxConcurrency)
@@ -579,10 +591,18 @@ func (s *Sweeper) sight(t *tick, r *route, page is.Page) []sight {
 		if sg.worth && r.Mode == oplog.Durable && !s.idle(sg.agent, now) {
 			sg.outcome, sg.worth = OutcomeActive, false
 		}
+		var seen sighting
+		var known bool
+		if stamps != nil {
+			sg.stamp = stamps[i]
+			seen, known = s.tracked.lookup(r.id, key)
+		}
 		switch {
 		case !sg.worth:
 		case ids != nil && !r.primaryBelow:
 			sg.last, sg.exists = oplog.Index(ids[i]), true
+		case sightUnread(seen, known, sg.stamp, r.pass):
+			sg.unread = true
 		default:
 			var fromPage *oplog.Index
 			if ids != nil {
@@ -631,17 +651,22 @@ func (s *Sweeper) decide(r *route, key string, sg sight) (candidate, Outcome, er
 		return candidate{}, sg.outcome, nil
 	case sg.err != nil:
 		return candidate{}, "", sg.err
+	case sg.unread:
+		if !s.tracked.track(r.id, key, sighting{stamp: sg.stamp, unread: true, pass: r.pass, first: s.opts.Now()}) {
+			return candidate{}, OutcomeUntracked, nil
+		}
+		return candidate{}, OutcomeWaiting, nil
 	case !exists:
 		s.tracked.forget(r.id, key)
 		return candidate{}, OutcomeEmpty, nil
 	}
 	seen, known := s.tracked.lookup(r.id, key)
-	if assess(seen, known, last, r.pass) {
+	if assess(seen, known, last, sg.stamp, r.pass) {
 		// Re-stamped before the archive, so a failed archive keeps the gate it passed.
-		s.tracked.update(r.id, key, sighting{index: last, pass: r.pass})
+		s.tracked.update(r.id, key, sighting{index: last, stamp: sg.stamp, pass: r.pass})
 		return candidate{key: key, agent: agent, index: last}, "", nil
 	}
-	if !s.tracked.track(r.id, key, sighting{index: last, pass: r.pass, first: s.opts.Now()}) {
+	if !s.tracked.track(r.id, key, sighting{index: last, stamp: sg.stamp, pass: r.pass, first: s.opts.Now()}) {
 		return candidate{}, OutcomeUntracked, nil
 	}
 	return candidate{}, OutcomeWaiting, nil

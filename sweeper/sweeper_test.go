@@ -806,3 +806,92 @@ func TestRun_TheFirstTickWaitsItsJitter(t *testing.T) {
 		t.Fatalf("Run ticked before half an hour had passed: %+v", last)
 	}
 }
+
+// A page that stamps its keys (multi-file SQLite's) spares the gate's first sighting its read: an
+// agent's index is read once it can pass, a pass later, where without stamps each sighting reads it.
+func TestSweep_StampedPagesSpareTheFirstSightingsRead(t *testing.T) {
+	for _, stamped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stamped=%v", stamped), func(t *testing.T) {
+			e := newEnv(t, config())
+			e.st.set(func(p *probe) { p.noPageIDs, p.stamped = true, stamped })
+			agents := strandMany(e, 20)
+			rep := e.tick()
+			want := 1 // the first sighting's read
+			if stamped {
+				want = 0
+			}
+			for _, a := range agents {
+				if n := e.st.lastsOf(a); n != want {
+					t.Fatalf("%s: %d last-index reads after the first pass, want %d", a, n, want)
+				}
+				e.requireStranded(a, 2)
+			}
+			if rr := rep.Routes[0]; rr.Outcomes[sweeper.OutcomeWaiting] != len(agents) || rr.Unarchived != len(agents) {
+				t.Fatalf("first pass: %d waiting, %d unarchived; want %d", rr.Outcomes[sweeper.OutcomeWaiting], rr.Unarchived, len(agents))
+			}
+			before := make(map[oplog.AgentID]int)
+			for _, a := range agents {
+				before[a] = e.st.lastsOf(a)
+			}
+			e.tick()
+			for _, a := range agents {
+				e.requireArchived(a, 2)
+				// The second sighting reads the index (a candidate carries it), as without stamps.
+				if n := e.st.lastsOf(a) - before[a]; n < 1 {
+					t.Fatalf("%s: %d last-index reads in the second pass, want at least the gate's", a, n)
+				}
+			}
+		})
+	}
+}
+
+// An agent whose stamp changed between two sightings (its executor wrote meanwhile) is held by the
+// gate, as one whose last index moved; the changed sighting is a new first one, and costs no read. One
+// whose page can no longer vouch for it (an empty stamp: changed too recently to tell) is read, and held
+// too: a sighting by stamp alone compares with stamps only.
+func TestSweep_AStampThatChangedHoldsTheGate(t *testing.T) {
+	e := newEnv(t, config())
+	e.st.set(func(p *probe) { p.noPageIDs, p.stamped = true, true })
+	live, recent, quiet := agent("live"), agent("recent"), agent("quiet")
+	for _, a := range []oplog.AgentID{live, recent, quiet} {
+		e.strand(a, 1, 2)
+	}
+	e.tick()
+	// Written between the two sightings.
+	e.strand(live, 3, 1)
+	e.strand(recent, 3, 1)
+	e.st.set(func(p *probe) { p.unvouched = map[string]bool{recent.StoredKey(): true} })
+	e.tick()
+	e.requireArchived(quiet, 2)
+	e.requireStranded(live, 3)
+	e.requireStranded(recent, 3)
+	if n := e.st.lastsOf(live); n != 0 {
+		t.Fatalf("the live agent's index was read %d times; two first sightings by stamp read none", n)
+	}
+	if n := e.st.lastsOf(recent); n != 1 {
+		t.Fatalf("the unvouched agent's index was read %d times, want once", n)
+	}
+	e.st.set(func(p *probe) { p.unvouched = nil })
+	e.tick()
+	e.requireArchived(live, 3)
+	e.requireArchived(recent, 3)
+}
+
+// The lag counts an agent sighted by its stamp alone at the entries an agent the route archived so
+// far, since its own last index was not read.
+func TestSweep_LagEstimatesTheEntriesOfAgentsSightedByStamp(t *testing.T) {
+	e := newEnv(t, config())
+	e.st.set(func(p *probe) { p.noPageIDs, p.stamped = true, true })
+	first := strandMany(e, 4) // two entries each
+	e.tick()
+	if rr := e.tick().Routes[0]; len(rr.Archived) != len(first) {
+		t.Fatalf("archived %d of %d", len(rr.Archived), len(first))
+	}
+	for i := range 3 {
+		e.strand(agent(fmt.Sprint("later-", i)), 1, 2)
+	}
+	rr := e.tick().Routes[0]
+	if rr.Unarchived != 3 || rr.UnarchivedEntries != 3*2 {
+		t.Fatalf("3 agents sighted by stamp: lag says %d agents, %d entries; want 3, 6", rr.Unarchived, rr.UnarchivedEntries)
+	}
+}

@@ -10,21 +10,38 @@ import "time"
 //
 // The view: how many, since when the oldest of them was first sighted, the entries they hold as far as the gate knows
 // (their last indices), and those entries' bytes estimated at the bytes an entry the route has moved
-// so far (0 until it has moved one).
+// so far (0 until it has moved one). An agent sighted by its page's stamp alone (is.Page.Stamps: its
+// index not read) counts at the entries an agent the route has archived so far, or while it has
+// archived none, at the mean of the agents whose index it read (0 when there are none either).
 func (r *route) lag(t *tracker, rr *RouteReport) {
 	rr.Unarchived, rr.UnarchivedEntries, rr.OldestUnarchived = 0, 0, time.Time{}
+	var read, unread, readEntries uint64
 	for _, seen := range t.tables[r.id] {
 		if seen.pass+1 < r.pass {
 			continue
 		}
 		rr.Unarchived++
-		rr.UnarchivedEntries += uint64(seen.index)
+		if seen.unread {
+			unread++
+		} else {
+			read++
+			readEntries += uint64(seen.index)
+		}
 		if !seen.first.IsZero() && (rr.OldestUnarchived.IsZero() || seen.first.Before(rr.OldestUnarchived)) {
 			rr.OldestUnarchived = seen.first
 		}
 	}
 	r.movedEntries += int64(rr.Moved)
 	r.movedBytes += rr.Bytes
+	r.movedAgents += int64(len(rr.Archived))
+	rr.UnarchivedEntries = readEntries
+	switch {
+	case unread == 0:
+	case r.movedAgents > 0:
+		rr.UnarchivedEntries += uint64(float64(unread) * float64(r.movedEntries) / float64(r.movedAgents))
+	case read > 0:
+		rr.UnarchivedEntries += unread * readEntries / read
+	}
 	if r.movedEntries > 0 {
 		rr.UnarchivedBytes = int64(float64(rr.UnarchivedEntries) * float64(r.movedBytes) / float64(r.movedEntries))
 	}
