@@ -127,6 +127,8 @@ type Store struct {
 
 // hooks are test hooks; nil ones are skipped.
 type hooks struct {
+	// now, when set, is the clock a walk's change stamps measure a file's settling by (time.Now).
+	now func() time.Time
 	// locking runs when an operation or a remover is about to take a directory's lock (after the
 	// in-process mutex, before flock).
 	locking func(ns, dir string, exclusive bool)
@@ -750,6 +752,11 @@ func parseResume(from is.Resume) (dir, name string, start bool, err error) {
 // under the store's directory; Key is "") and the page goes on: Next and Done move as if it had been
 // read. A failure that is not the file's own (see fileFault) fails the page. A walk from the start
 // lists the files of the layout before buckets in its first page's Unreadable too.
+//
+// Each key comes with its file's change stamp (Page.Stamps; changeStamp): metadata of the file and its
+// -wal, two statx calls, no open. A caller that compares two walks' stamps (the sweep's gate) learns
+// that an index did not change without opening its file; a file changed within the last second gets
+// an empty stamp, which vouches for nothing.
 func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from is.Resume, count int) (is.Page, error) {
 	var page is.Page
 	if routed, err := s.onShared(ctx, is.OpScanStable, ns, "", reads, func(st sharedIndexes) (err error) {
@@ -786,6 +793,10 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 		dirs = dirs[sort.SearchStrings(dirs, afterDir):]
 	}
 	visited, last := 0, ""
+	now := time.Now()
+	if s.hooks.now != nil {
+		now = s.hooks.now()
+	}
 	for _, d := range dirs {
 		// A walk that opens no file would not otherwise notice its caller gave up, or a Close.
 		if err := ctx.Err(); err != nil {
@@ -818,11 +829,21 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 				continue
 			}
 			page.Keys = append(page.Keys, keys...)
+			if len(keys) > 0 {
+				stamp := changeStamp(filepath.Join(nsDir, d, name), now, stampSettle)
+				for range keys {
+					page.Stamps = append(page.Stamps, stamp)
+				}
+			}
 		}
 	}
 	page.Done = true
 	return page, nil
 }
+
+// stampSettle is how long ago a file and its -wal must have last changed for a walk to stamp them
+// (changeStamp): two orders above the kernel's coarse clock tick, so that any later write moves ctime.
+const stampSettle = time.Second
 
 // Scan is a positional cursor over the files of the directories the prefix's range visits: cursor is
 // how many files earlier calls visited, and each call lists those directories again (Scan is kept for

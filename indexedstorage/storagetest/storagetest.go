@@ -250,6 +250,9 @@ func (f *fixture) checkPage(r is.KeyRange, count int, before []string, page is.P
 	if page.LastIDs != nil && len(page.LastIDs) != len(page.Keys) {
 		f.t.Fatalf("a page of %d keys carries %d last ids", len(page.Keys), len(page.LastIDs))
 	}
+	if page.Stamps != nil && len(page.Stamps) != len(page.Keys) {
+		f.t.Fatalf("a page of %d keys carries %d stamps", len(page.Keys), len(page.Stamps))
+	}
 	if page.Done && !page.Next.IsStart() {
 		f.t.Fatalf("a Done page must carry the zero Resume, got %v", page.Next)
 	}
