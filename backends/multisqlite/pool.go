@@ -9,11 +9,9 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/stratalog/strata/backends/internal/sqlitefile"
 	is "github.com/stratalog/strata/indexedstorage"
-	"github.com/stratalog/strata/internal/backoff"
 )
 
 // errMissing is what an opener that may not create reports to the callers that joined it.
@@ -206,7 +204,7 @@ func (p *pool) openEngine(ctx context.Context, path string, create bool) (*sqlit
 	if !checked && !opts.ReadOnly {
 		p.schemaChecks.Add(1)
 	}
-	eng, err := openRetrying(ctx, path, opts)
+	eng, err := sqlitefile.Open(ctx, path, opts) // retries a file another process is creating
 	if err != nil {
 		p.forgetChecked(path)
 		return nil, nil, err
@@ -218,25 +216,6 @@ func (p *pool) openEngine(ctx context.Context, path string, create bool) (*sqlit
 	}
 	p.rememberChecked(path) // under the directory's shared lock: still the file just opened
 	return eng, id, nil
-}
-
-// openRetrying opens the file, retrying while it is busy: SQLite reports a file another process is
-// creating (switching it to WAL, writing its schema) as locked at once, without its busy handler. It
-// retries for as long as the busy timeout.
-func openRetrying(ctx context.Context, path string, opts sqlitefile.Options) (*sqlitefile.Engine, error) {
-	busy := opts.BusyTimeout
-	if busy <= 0 {
-		busy = sqlitefile.DefaultBusyTimeout
-	}
-	deadline := time.Now().Add(busy)
-	pauses := backoff.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 2}
-	for attempt := 1; ; attempt++ {
-		eng, err := sqlitefile.Open(ctx, path, opts)
-		if err == nil || !is.IsTransient(err) || !time.Now().Before(deadline) {
-			return eng, err
-		}
-		time.Sleep(min(pauses.Delay(attempt), time.Until(deadline)))
-	}
 }
 
 // discard takes c off the pool because its path no longer names the file it has open (the file was

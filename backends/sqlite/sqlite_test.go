@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +110,34 @@ func TestPoisonedRow_FailedWritesWriteNothing(t *testing.T) {
 	}
 	if n, err := st.Length(ctx, "test/ns", "agent:7"); err != nil || n != 3 {
 		t.Fatalf("Length after the failed writes: %d, %v; want the 3 rows, nothing written", n, err)
+	}
+}
+
+// Stores opened at once on a file none of them has created yet (sidecars starting together, or two
+// multi-SQLite stores' first writes to a shared file) all open it: SQLite reports a file another
+// connection is creating as locked at once, without its busy handler, so Open waits it out as any
+// busy file, within the busy timeout.
+func TestOpen_ManyAtOnceOnAFileNotYetCreated(t *testing.T) {
+	for round := range 20 {
+		path := filepath.Join(t.TempDir(), fmt.Sprint("fresh-", round, ".db"))
+		const n = 4
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				st, err := sqlite.New(t.Context(), path, nil)
+				if err == nil {
+					err = st.Append(t.Context(), "ns", fmt.Sprint("key-", i), 1, []byte("x"))
+					st.Close()
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, store %d of %d opened at once: %v", round, i, n, err)
+			}
+		}
 	}
 }

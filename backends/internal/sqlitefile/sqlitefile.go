@@ -29,6 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stratalog/strata/internal/backoff"
+
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	is "github.com/stratalog/strata/indexedstorage"
@@ -104,7 +106,30 @@ type Engine struct {
 
 // Open opens (creating it unless opts.MustExist) the SQLite file at path and brings its schema to the
 // current version. Its errors start "open <path>: ", and are classified (Classify).
+//
+// A file another connection is creating (switching it to WAL, writing its schema) is reported locked
+// at once, without SQLite's busy handler: Open retries it, as it retries any busy file, for as long as
+// the busy timeout, so that processes starting together on a new file all open it.
 func Open(ctx context.Context, path string, opts Options) (*Engine, error) {
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = DefaultBusyTimeout
+	}
+	deadline := time.Now().Add(busy)
+	pauses := backoff.Policy{Initial: time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 2}
+	for attempt := 1; ; attempt++ {
+		eng, err := open(ctx, path, opts)
+		if err == nil || !is.IsTransient(err) || !time.Now().Before(deadline) {
+			return eng, err
+		}
+		if err := backoff.Wait(ctx, min(pauses.Delay(attempt), time.Until(deadline))); err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, Classify(err, false))
+		}
+	}
+}
+
+// open is one attempt of Open.
+func open(ctx context.Context, path string, opts Options) (*Engine, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
