@@ -241,6 +241,13 @@ type removal struct {
 	done    removalStep // the last step that ran
 	lock    *dirLock    // held from lockExclusively to release
 	conn    *conn       // the connection findEmpty checked through, until unlink or release give it back
+	// upTo, for a removal that drops (dropRemoving), is the drop's bound: findEmpty then also takes a
+	// file whose rows are all the index's up to upTo, which the unlink drops with the file, and else
+	// drops them as a drop does. dropped is how many rows the removal dropped either way, and deleted
+	// whether it deleted them (the drop took place although the file stays).
+	upTo    uint64
+	dropped uint64
+	deleted bool
 }
 
 // errStepOutOfOrder is a removal step called before the step it follows: a bug, never a file's state.
@@ -312,6 +319,11 @@ func (r *removal) lockExclusively(ctx context.Context, patience time.Duration) (
 // findEmpty is step (2), under the exclusive lock: whether the file the path names now holds no row
 // at all. An append may have come between the drop's commit and the lock; a file found gone is not
 // empty, there being nothing left to remove.
+//
+// A removal that drops (upTo > 0) takes the file as empty when every row it holds is the index's, up to
+// upTo: those are the rows the drop removes, and the unlink removes them with the file. Otherwise (an
+// append came between the drop's look and this lock, or a row of another index is there) it drops them
+// here, under this lock, as a drop does, and the file goes only if that left it without rows.
 func (r *removal) findEmpty(ctx context.Context) (empty bool, err error) {
 	if err := r.begin(removalFoundEmpty); err != nil {
 		return false, err
@@ -321,8 +333,23 @@ func (r *removal) findEmpty(ctx context.Context) (empty bool, err error) {
 		return false, err
 	}
 	r.conn = c
+	if r.upTo > 0 {
+		n, only, err := c.eng.OnlyPrefix(ctx, r.ns, r.key, r.upTo)
+		switch {
+		case err != nil:
+			return false, c.eng.Classify(err)
+		case only:
+			r.dropped = n
+			r.finish(removalFoundEmpty)
+			return true, nil
+		}
+		if r.dropped, err = c.eng.DropPrefix(ctx, r.ns, r.key, r.upTo); err != nil {
+			return false, c.eng.Classify(err)
+		}
+		r.deleted = true
+	}
 	if empty, err = c.eng.Empty(ctx); err != nil || !empty {
-		return false, err
+		return false, c.eng.Classify(err)
 	}
 	r.finish(removalFoundEmpty)
 	return true, nil

@@ -129,6 +129,9 @@ type Store struct {
 type hooks struct {
 	// now, when set, is the clock a walk's change stamps measure a file's settling by (time.Now).
 	now func() time.Time
+	// dropRemoving runs when a drop found the file holding only the rows it drops, before the removal
+	// that drops them with the file takes the exclusive lock.
+	dropRemoving func(ns, key string)
 	// locking runs when an operation or a remover is about to take a directory's lock (after the
 	// in-process mutex, before flock).
 	locking func(ns, dir string, exclusive bool)
@@ -544,22 +547,75 @@ func (s *Store) dropPrefix(ctx context.Context, op is.Operation, ns, key string,
 		}
 		return r
 	}
-	empty := false
+	return s.drop(ctx, op, ns, key, upTo, true)
+}
+
+// drop is dropPrefix on the index's own file. look says to look first whether the drop would leave the
+// file without rows, and if so to drop by removing it (dropRemoving).
+func (s *Store) drop(ctx context.Context, op is.Operation, ns, key string, upTo uint64, look bool) (r is.DropResult) {
+	empty, whole := false, false
 	found, err := s.index(ctx, op, ns, key, false, func(f *sqlitefile.Engine) (err error) {
+		if look && upTo > 0 && !s.readOnly {
+			if _, whole, err = f.OnlyPrefix(ctx, ns, key, upTo); err != nil || whole {
+				return err
+			}
+		}
 		if r.Dropped, err = f.DropPrefix(ctx, ns, key, upTo); err != nil {
 			return err
 		}
 		empty, err = f.Empty(ctx)
 		return err
 	})
-	if err != nil || !found || !empty {
+	switch {
+	case err != nil || !found:
 		r.Err = err
+		return r
+	case whole:
+		return s.dropRemoving(ctx, op, ns, key, upTo)
+	case !empty:
 		return r
 	}
 	if err := s.remove(ctx, ns, key, removalPatience); err != nil {
 		r.Err = fail(op, ns, key, fmt.Errorf("the index is empty, its file stays: %w", err))
 	}
 	return r
+}
+
+// dropRemoving is a drop whose look (under the shared lock) found the file holding nothing but the
+// rows it drops: it removes the file with them, by a removal that drops (see findEmpty), so that no
+// delete is written, nor copied into the file by the checkpoint of its close, for a file about to go.
+// If the exclusive lock stays busy (another process is using the directory), it drops as any drop does.
+func (s *Store) dropRemoving(ctx context.Context, op is.Operation, ns, key string, upTo uint64) is.DropResult {
+	if s.hooks.dropRemoving != nil {
+		s.hooks.dropRemoving(ns, key)
+	}
+	rm := s.newRemoval(ns, key)
+	rm.upTo = upTo
+	err := func() error {
+		defer rm.release()
+		held, err := rm.lockExclusively(context.WithoutCancel(ctx), removalPatience)
+		if !held || err != nil {
+			return err
+		}
+		if empty, err := rm.findEmpty(context.WithoutCancel(ctx)); !empty || err != nil {
+			return err
+		}
+		if err := rm.unlink(); err != nil {
+			return err
+		}
+		rm.deleted = true
+		return rm.removeDirIfEmpty()
+	}()
+	switch {
+	case rm.done == removalStarted && err == nil:
+		// The lock stayed busy, or the directory went: nothing was dropped here.
+		return s.drop(ctx, op, ns, key, upTo, false)
+	case err != nil && !rm.deleted:
+		return is.DropResult{Err: fail(op, ns, key, err)}
+	case err != nil:
+		return is.DropResult{Dropped: rm.dropped, Err: fail(op, ns, key, fmt.Errorf("the rows are dropped, the file stays: %w", err))}
+	}
+	return is.DropResult{Dropped: rm.dropped}
 }
 
 // batchConcurrency is how many files of one batch are worked on at once: each key of a batch is a file

@@ -1,6 +1,7 @@
 package multisqlite
 
 import (
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -303,4 +304,73 @@ func mode(unsafe bool) string {
 		return "WithoutTheLocks"
 	}
 	return "Protocol"
+}
+
+// A drop that would leave its file without rows removes the file with them (no delete written): it
+// looks under the shared lock, then looks again under the exclusive one. An append that comes between
+// the two looks makes the second drop the rows as any drop does and keep the file with the append.
+func TestRemoval_DropThatEmptiesRemovesTheFileWithItsRows(t *testing.T) {
+	drainer, writer := pair(t, false)
+	ctx := t.Context()
+	whole, raced := is.BucketPrefix(7)+"c:whole", is.BucketPrefix(8)+"c:raced"
+	for _, key := range []string{whole, raced} {
+		if err := writer.AppendMany(ctx, testNS, key, []is.Entry{{ID: 1, Value: []byte("one")}, {ID: 2, Value: []byte("two")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	looked := 0
+	drainer.hooks.dropRemoving = func(_, key string) {
+		looked++
+		if key == raced {
+			if err := writer.Append(ctx, testNS, raced, 3, []byte("three")); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	removed := drainer.removed.Load()
+	if n, err := drainer.DropPrefix(ctx, testNS, whole, is.MaxID); err != nil || n != 2 {
+		t.Fatalf("drop of a whole file: %d dropped, %v; want 2", n, err)
+	}
+	if _, err := os.Stat(drainer.filePath(testNS, whole)); !errors.Is(err, os.ErrNotExist) || drainer.removed.Load() != removed+1 {
+		t.Fatalf("the emptied file is still there (%v), %d removals", err, drainer.removed.Load()-removed)
+	}
+	if n, err := drainer.DropPrefix(ctx, testNS, raced, 2); err != nil || n != 2 {
+		t.Fatalf("drop raced by an append: %d dropped, %v; want 2", n, err)
+	}
+	if got := ids(t, writer, raced); !slices.Equal(got, []uint64{3}) {
+		t.Fatalf("after a drop up to 2 raced by an append of 3, the index holds %v, want [3]", got)
+	}
+	if looked != 2 {
+		t.Fatalf("%d drops removed their file with its rows, want 2", looked)
+	}
+	// A drop that leaves rows looks no further.
+	if n, err := drainer.DropPrefix(ctx, testNS, raced, 2); err != nil || n != 0 || looked != 2 {
+		t.Fatalf("a drop below the first row: %d dropped, %v, %d looks", n, err, looked)
+	}
+}
+
+// A row of another index in the file (a foreign writer's) keeps the file: the drop deletes its own
+// rows, as any drop does, and the other row stays.
+func TestRemoval_ARowOfAnotherIndexKeepsTheFile(t *testing.T) {
+	st := open(t, t.TempDir(), Options{})
+	ctx := t.Context()
+	key := is.BucketPrefix(9) + "c:mine"
+	if err := st.AppendMany(ctx, testNS, key, []is.Entry{{ID: 1, Value: []byte("one")}, {ID: 2, Value: []byte("two")}}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite3", st.filePath(testNS, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO index_storage (namespace, key, id, value) VALUES (?, ?, 1, x'00')`, testNS, key+"-other"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.DropPrefix(ctx, testNS, key, is.MaxID); err != nil || n != 2 {
+		t.Fatalf("drop: %d dropped, %v; want 2", n, err)
+	}
+	var rows int
+	if err := db.QueryRow(`SELECT count(*) FROM index_storage`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("the file holds %d rows (%v), want the other index's one", rows, err)
+	}
 }

@@ -283,6 +283,28 @@ func (e *Engine) Delete(ctx context.Context, ns, key string) error {
 	})
 }
 
+// qOnlyPrefix is true when the file's rows are all the index's with ids up to a bound, and it has one:
+// the index's greatest id is at most the bound (a text or blob id sorts above every integer, so it
+// is not), and no row of another index lies on either side of it in the primary key. Three seeks.
+const qOnlyPrefix = `SELECT coalesce((SELECT max(id) FROM index_storage WHERE namespace = ? AND key = ?) <= ?, 0)
+	AND NOT EXISTS (SELECT 1 FROM index_storage WHERE (namespace, key) < (?, ?))
+	AND NOT EXISTS (SELECT 1 FROM index_storage WHERE (namespace, key) > (?, ?))`
+
+// OnlyPrefix reports whether every row of the file is the index's, with an id up to upTo, and it has at
+// least one: a drop up to upTo would leave the file without rows (multi-SQLite then removes the file
+// with its rows rather than delete them first). n is how many rows there are when it is so.
+func (e *Engine) OnlyPrefix(ctx context.Context, ns, key string, upTo uint64) (n uint64, only bool, err error) {
+	bound := int64(min(upTo, is.MaxID))
+	if err := e.reader.QueryRowContext(ctx, qOnlyPrefix, ns, key, bound, ns, key, ns, key).Scan(&only); err != nil || !only {
+		return 0, false, err
+	}
+	var count int64
+	if err := e.reader.QueryRowContext(ctx, `SELECT count(*) FROM index_storage WHERE namespace = ? AND key = ?`, ns, key).Scan(&count); err != nil {
+		return 0, false, err
+	}
+	return uint64(count), true, nil
+}
+
 // Empty reports whether the file holds no row at all, of any index (multi-SQLite removes a file only
 // when it holds nothing).
 func (e *Engine) Empty(ctx context.Context) (bool, error) {
