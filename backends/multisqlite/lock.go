@@ -334,12 +334,15 @@ func (r *removal) findEmpty(ctx context.Context) (empty bool, err error) {
 	}
 	r.conn = c
 	if r.upTo > 0 {
-		n, only, err := c.eng.OnlyPrefix(ctx, r.ns, r.key, r.upTo)
+		only, err := c.eng.OnlyPrefix(ctx, r.ns, r.key, r.upTo)
+		if err == nil && only {
+			// Every row goes with the file: they are the count the drop reports.
+			r.dropped, err = c.eng.Length(ctx, r.ns, r.key)
+		}
 		switch {
 		case err != nil:
 			return false, c.eng.Classify(err)
 		case only:
-			r.dropped = n
 			r.finish(removalFoundEmpty)
 			return true, nil
 		}

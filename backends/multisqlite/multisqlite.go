@@ -556,7 +556,7 @@ func (s *Store) drop(ctx context.Context, op is.Operation, ns, key string, upTo 
 	empty, whole := false, false
 	found, err := s.index(ctx, op, ns, key, false, func(f *sqlitefile.Engine) (err error) {
 		if look && upTo > 0 && !s.readOnly {
-			if _, whole, err = f.OnlyPrefix(ctx, ns, key, upTo); err != nil || whole {
+			if whole, err = f.OnlyPrefix(ctx, ns, key, upTo); err != nil || whole {
 				return err
 			}
 		}

@@ -292,17 +292,11 @@ const qOnlyPrefix = `SELECT coalesce((SELECT max(id) FROM index_storage WHERE na
 
 // OnlyPrefix reports whether every row of the file is the index's, with an id up to upTo, and it has at
 // least one: a drop up to upTo would leave the file without rows (multi-SQLite then removes the file
-// with its rows rather than delete them first). n is how many rows there are when it is so.
-func (e *Engine) OnlyPrefix(ctx context.Context, ns, key string, upTo uint64) (n uint64, only bool, err error) {
+// with its rows rather than delete them first).
+func (e *Engine) OnlyPrefix(ctx context.Context, ns, key string, upTo uint64) (only bool, err error) {
 	bound := int64(min(upTo, is.MaxID))
-	if err := e.reader.QueryRowContext(ctx, qOnlyPrefix, ns, key, bound, ns, key, ns, key).Scan(&only); err != nil || !only {
-		return 0, false, err
-	}
-	var count int64
-	if err := e.reader.QueryRowContext(ctx, `SELECT count(*) FROM index_storage WHERE namespace = ? AND key = ?`, ns, key).Scan(&count); err != nil {
-		return 0, false, err
-	}
-	return uint64(count), true, nil
+	err = e.reader.QueryRowContext(ctx, qOnlyPrefix, ns, key, bound, ns, key, ns, key).Scan(&only)
+	return only, err
 }
 
 // Empty reports whether the file holds no row at all, of any index (multi-SQLite removes a file only
