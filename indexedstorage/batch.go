@@ -62,13 +62,28 @@ type BatchDropper interface {
 type KeyEntries struct {
 	Key     string
 	Entries []Entry
+	// Below, where set, makes the part conditional: it conflicts, as one whose first id is not above
+	// the index's last does, unless the index's last id is below Below (at most Entries[0].ID). The
+	// packed blob layer sets it to an oplog's first index: a row is stored under its chunk's last
+	// index, so the ids alone would let a chunk overlap the ones before it, and the condition in the
+	// same step as the append spares a read of the index's last id before it.
+	Below uint64
+}
+
+// Bound is the id the index's last id must be below for the part to be appended: Below where set,
+// else the first entry's id. The part has entries.
+func (r KeyEntries) Bound() uint64 {
+	if r.Below > 0 {
+		return r.Below
+	}
+	return r.Entries[0].ID
 }
 
 // BatchAppender is implemented by a Storage that appends to many indexes of one namespace in one round
 // trip (the blob index of the packed blob layer gets a row for each agent of an archive batch this
 // way). Each key's part is AppendMany(key, Entries): all or nothing on its index, linearizable against
-// every other operation on it, ErrConflict (naming the index's last id) when its first id is not above
-// the index's last. The batch is not atomic across keys. The result has one error a key, in the order
+// every other operation on it, ErrConflict (naming the index's last id) when its Bound (the first id,
+// or Below) is not above the index's last, checked in the same step as the append. The batch is not atomic across keys. The result has one error a key, in the order
 // of reqs (nil: appended); a key's failure (a conflict, a poisoned index) is its own and the other
 // keys go on. The call's own error means no part is known to have taken effect or not (as an
 // AppendMany that times out); arguments invalid touch nothing (ValidateAppendKeys: ErrInvalidArgument,
@@ -78,18 +93,25 @@ type BatchAppender interface {
 }
 
 // ValidateAppendKeys checks AppendKeys's arguments: a valid namespace, at most MaxBatch keys, each a
-// valid key, none twice, and each key's entries a valid batch (ValidateBatch).
+// valid key, none twice, each key's entries a valid batch (ValidateBatch), and each Below at most its
+// first id (a Below without entries is no condition on nothing: allowed).
 func ValidateAppendKeys(ns string, reqs []KeyEntries) error {
 	return validateBatchOf(ns, reqs, func(r KeyEntries) string { return r.Key }, func(r KeyEntries) error {
 		if err := ValidateBatch(r.Entries); err != nil {
 			return fmt.Errorf("key %q: %w", r.Key, err)
+		}
+		if len(r.Entries) > 0 && r.Below > r.Entries[0].ID {
+			return fmt.Errorf("%w: key %q: below %d is above the first id %d", ErrInvalidArgument, r.Key, r.Below, r.Entries[0].ID)
 		}
 		return nil
 	})
 }
 
 // AppendKeys appends each key's entries: in one call where st is a BatchAppender, else AppendMany of
-// each key in turn, with ClosestLastMany's rule for failures.
+// each key in turn, with ClosestLastMany's rule for failures. There a key's Below is checked by a read
+// of its last id before its AppendMany, not in one step with it: a writer between the two can put an
+// id at or above Below that the append does not see (a Storage without BatchAppender has no
+// conditional append; the packed layer's overlap rule holds there as it did before Below).
 func AppendKeys(ctx context.Context, st Storage, ns string, reqs []KeyEntries) ([]error, error) {
 	if b, ok := st.(BatchAppender); ok {
 		return b.AppendKeys(ctx, ns, reqs)
@@ -99,9 +121,23 @@ func AppendKeys(ctx context.Context, st Storage, ns string, reqs []KeyEntries) (
 	}
 	out := make([]error, len(reqs))
 	eachPart(reqs, func(r KeyEntries) string { return r.Key },
-		func(i int) error { out[i] = st.AppendMany(ctx, ns, reqs[i].Key, reqs[i].Entries); return out[i] },
+		func(i int) error { out[i] = appendBelow(ctx, st, ns, reqs[i]); return out[i] },
 		func(i int, err error) { out[i] = err })
 	return out, nil
+}
+
+// appendBelow is AppendMany of r, after a read of the index's last id where r.Below is set.
+func appendBelow(ctx context.Context, st Storage, ns string, r KeyEntries) error {
+	if r.Below > 0 && len(r.Entries) > 0 {
+		last, ok, err := st.LastID(ctx, ns, r.Key)
+		if err != nil {
+			return err
+		}
+		if ok && last >= r.Below {
+			return fmt.Errorf("%w: id %d is not above the index's last id %d", ErrConflict, r.Below, last)
+		}
+	}
+	return st.AppendMany(ctx, ns, r.Key, r.Entries)
 }
 
 // ValidateBatchKeys checks a batch operation's arguments: a valid namespace, at most MaxBatch keys,

@@ -2,6 +2,7 @@ package indexedstorage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -43,5 +44,32 @@ func TestIntercept_ClosestLastIsOneCallOnlyWhereTheInnerStorageHasIt(t *testing.
 				t.Fatalf("calls %s, want %s", got, c.want)
 			}
 		})
+	}
+}
+
+// AppendKeys over a Storage without the batch method appends key by key and still refuses a part whose
+// Below the index's last id reaches, as the batch method does.
+func TestAppendKeys_PerKeyFallbackKeepsBelow(t *testing.T) {
+	ctx := t.Context()
+	st := bare{memory.New()}
+	for _, k := range []string{"at", "over"} {
+		if err := st.AppendMany(ctx, "ns", k, []is.Entry{{ID: 2}, {ID: 5}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs, err := is.AppendKeys(ctx, st, "ns", []is.KeyEntries{
+		{Key: "at", Entries: []is.Entry{{ID: 8}}, Below: 5},
+		{Key: "over", Entries: []is.Entry{{ID: 8}}, Below: 6},
+	})
+	if err != nil || len(errs) != 2 || !errors.Is(errs[0], is.ErrConflict) || errs[1] != nil {
+		t.Fatalf("AppendKeys: %v, %v; want a conflict for Below 5 over last id 5, then nil", errs, err)
+	}
+	for k, want := range map[string]uint64{"at": 5, "over": 8} {
+		if last, _, err := st.LastID(ctx, "ns", k); err != nil || last != want {
+			t.Fatalf("%q: last id %d, %v; want %d", k, last, err, want)
+		}
+	}
+	if _, err := is.AppendKeys(ctx, st, "ns", []is.KeyEntries{{Key: "new", Entries: []is.Entry{{ID: 3}}, Below: 4}}); !errors.Is(err, is.ErrInvalidArgument) {
+		t.Fatalf("AppendKeys with Below above the first id: %v, want ErrInvalidArgument", err)
 	}
 }

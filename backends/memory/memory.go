@@ -137,19 +137,19 @@ func (s *Store) appendEntries(op is.Operation, ns, key string, batch []is.Entry)
 	if err := is.ValidateBatch(batch); err != nil {
 		return fail(op, ns, key, err)
 	}
-	return s.write(op, ns, key, appendUpdate(batch))
+	return s.write(op, ns, key, appendUpdate(is.KeyEntries{Key: key, Entries: batch}))
 }
 
 // appendUpdate is the update of AppendMany(batch), ids already validated.
-func appendUpdate(batch []is.Entry) func(entries []is.Entry) ([]is.Entry, error) {
+func appendUpdate(r is.KeyEntries) func(entries []is.Entry) ([]is.Entry, error) {
 	return func(entries []is.Entry) ([]is.Entry, error) {
-		if len(batch) == 0 {
+		if len(r.Entries) == 0 {
 			return entries, nil
 		}
-		if n := len(entries); n > 0 && batch[0].ID <= entries[n-1].ID {
-			return nil, conflict(batch[0].ID, entries[n-1].ID)
+		if n := len(entries); n > 0 && r.Bound() <= entries[n-1].ID {
+			return nil, conflict(r.Bound(), entries[n-1].ID)
 		}
-		for _, e := range batch {
+		for _, e := range r.Entries {
 			entries = append(entries, is.Entry{ID: e.ID, Value: slices.Clone(orEmpty(e.Value))})
 		}
 		return entries, nil
@@ -288,7 +288,7 @@ func (s *Store) AppendKeys(_ context.Context, ns string, reqs []is.KeyEntries) (
 		if len(r.Entries) == 0 {
 			continue // AppendMany of nothing touches nothing, an absent index included
 		}
-		if err := s.update(ns, r.Key, appendUpdate(r.Entries)); err != nil {
+		if err := s.update(ns, r.Key, appendUpdate(r)); err != nil {
 			out[i] = fail(is.OpAppendKeys, ns, r.Key, err)
 		}
 	}

@@ -368,17 +368,19 @@ func (s *Store) Exists(ctx context.Context, ns, key string) (exists bool, err er
 }
 
 func (s *Store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
-	return s.appendEntries(ctx, is.OpAppend, ns, key, []is.Entry{{ID: id, Value: value}})
+	return s.appendEntries(ctx, is.OpAppend, ns, is.KeyEntries{Key: key, Entries: []is.Entry{{ID: id, Value: value}}})
 }
 
 // AppendMany validates the whole batch before the file is created, so a rejected call creates nothing.
 func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Entry) error {
-	return s.appendEntries(ctx, is.OpAppendMany, ns, key, entries)
+	return s.appendEntries(ctx, is.OpAppendMany, ns, is.KeyEntries{Key: key, Entries: entries})
 }
 
-// appendEntries creates the file if needed and commits the entries under one shared lock of its
-// directory, so that no remover ever finds it empty in between.
-func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key string, entries []is.Entry) error {
+// appendEntries is one index's append, with r.Below's condition where set (AppendKeys's parts). It
+// creates the file if needed and commits the entries under one shared lock of its directory, so that
+// no remover ever finds it empty in between.
+func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns string, r is.KeyEntries) error {
+	key, entries := r.Key, r.Entries
 	if err := is.ValidateIndex(ns, key); err != nil {
 		return fail(op, ns, key, err)
 	}
@@ -395,13 +397,20 @@ func (s *Store) appendEntries(ctx context.Context, op is.Operation, ns, key stri
 		return nil
 	}
 	if routed, err := s.onShared(ctx, op, ns, key, creates, func(st sharedIndexes) error {
-		return st.AppendMany(ctx, ns, key, entries)
+		if r.Below == 0 {
+			return st.AppendMany(ctx, ns, key, entries)
+		}
+		errs, err := st.AppendKeys(ctx, ns, []is.KeyEntries{r})
+		if err != nil {
+			return err
+		}
+		return errs[0]
 	}); routed {
 		return err
 	}
 	empty := false
 	found, err := s.index(ctx, op, ns, key, true, func(f *sqlitefile.Engine) error {
-		err := f.Append(ctx, ns, key, entries)
+		err := f.AppendKey(ctx, ns, r)
 		if err != nil {
 			// A failed first append leaves a file created for nothing.
 			empty, _ = f.Empty(ctx)
@@ -757,7 +766,7 @@ func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 			out[i] = fail(op, ns, reqs[i].Key, err)
 			return
 		}
-		out[i] = s.appendEntries(ctx, op, ns, reqs[i].Key, reqs[i].Entries)
+		out[i] = s.appendEntries(ctx, op, ns, reqs[i])
 	})
 	return out, nil
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -67,15 +68,16 @@ return out
 `)
 
 // appendKeysScript is append_entries of each index. KEYS: an index and its index set, for each index;
-// ARGV, for each index in the same order: how many arguments of its follow (n), then its key and its
-// score/member pairs, as appendScript's ARGV. Its reply has one element an index: the number of
+// ARGV, for each index in the same order: how many arguments of its follow (n), then its bound (the
+// 8 bytes of is.KeyEntries.Bound: the first id, or Below), its key and its score/member pairs, as
+// appendScript's ARGV. Its reply has one element an index: the number of
 // entries appended, or an error reply (a conflict, as appendScript's).
 var appendKeysScript = goredis.NewScript(appendLua + failedLua + `
 local out = {}
 local at = 1
 for i = 1, #KEYS / 2 do
   local n = tonumber(ARGV[at])
-  local ok, r = pcall(append_entries, KEYS[2 * i - 1], KEYS[2 * i], ARGV[at + 1], ARGV, at + 2, at + n)
+  local ok, r = pcall(append_entries, KEYS[2 * i - 1], KEYS[2 * i], ARGV[at + 1], ARGV[at + 2], ARGV, at + 3, at + n)
   if ok then out[i] = r else out[i] = failed(r) end
   at = at + n + 1
 end
@@ -167,7 +169,7 @@ func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 	groups := groupBatch(s.sharded, reqs, func(r is.KeyEntries) string { return r.Key }, skip, func(g *batchGroup, r is.KeyEntries) {
 		data, set := s.keys(ns, r.Key)
 		g.keys = append(g.keys, data, set)
-		g.args = append(g.args, 1+2*len(r.Entries))
+		g.args = append(g.args, 2+2*len(r.Entries), binary.BigEndian.AppendUint64(nil, r.Bound()))
 		g.args = appendMembers(g.args, r.Key, r.Entries)
 	})
 	if len(groups) > 0 && s.readOnly {
@@ -181,7 +183,7 @@ func (s *Store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 			}
 			return nil
 		},
-		func(i int, err error) { out[i] = fail(op, ns, reqs[i].Key, appendFailure(err, reqs[i].Entries[0].ID)) })
+		func(i int, err error) { out[i] = fail(op, ns, reqs[i].Key, appendFailure(err, reqs[i].Bound())) })
 	if err != nil {
 		return nil, fail(op, ns, "", err)
 	}

@@ -216,14 +216,16 @@ func (s *Store) AppendMany(ctx context.Context, ns, key string, entries []is.Ent
 // (about 8000 values); the script as a whole is atomic, and nothing in it can fail after the check,
 // so a batch is written entirely or not at all, with its listing. A conflict is an error reply
 // carrying the index's last id in hex.
-var appendScript = goredis.NewScript(appendLua + `return append_entries(KEYS[1], KEYS[2], ARGV[1], ARGV, 2, #ARGV)`)
+var appendScript = goredis.NewScript(appendLua + `return append_entries(KEYS[1], KEYS[2], string.sub(ARGV[3], 1, 8), ARGV[1], ARGV, 2, #ARGV)`)
 
-// appendLua is the append as a Lua function of the index, its index set, the index key and the
-// score/member pairs args[from..to], which appendScript and the batch append (appendKeysScript) both
-// call. It is docs/redis.md's Append script, the same commands in the same order.
+// appendLua is the append as a Lua function of the index, its index set, the bound (8 bytes: the
+// first id, or an AppendKeys part's Below, that every id the index holds must be below), the index
+// key and the score/member pairs args[from..to], which appendScript and the batch append
+// (appendKeysScript) both call. It is docs/redis.md's Append script, the same commands in the same
+// order.
 const appendLua = `
-local function append_entries(key, set, member, args, from, to)
-  if redis.call('ZLEXCOUNT', key, '[' .. string.sub(args[from + 1], 1, 8), '+') > 0 then
+local function append_entries(key, set, bound, member, args, from, to)
+  if redis.call('ZLEXCOUNT', key, '[' .. bound, '+') > 0 then
     local last = redis.call('ZRANGE', key, -1, -1)[1]
     local hex = ''
     for i = 1, 8 do hex = hex .. string.format('%02x', string.byte(last, i) or 0) end

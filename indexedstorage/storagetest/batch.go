@@ -235,11 +235,43 @@ func testBatch(t *testing.T, h Harness) {
 			"an empty key last":          {ns, []is.KeyEntries{ok, fresh, {Key: "", Entries: []is.Entry{{ID: 1}}}}, is.ErrInvalidArgument},
 			"an invalid namespace":       {"bad ns", []is.KeyEntries{ok, fresh}, is.ErrInvalidArgument},
 			"one more key than MaxBatch": {ns, tooMany, is.ErrInvalidArgument},
+			"a Below above the first id": {ns, []is.KeyEntries{ok, fresh, {Key: "j", Entries: []is.Entry{{ID: 4}}, Below: 5}}, is.ErrInvalidArgument},
 		} {
 			_, err := is.AppendKeys(f.ctx, f.st, c.ns, c.reqs)
 			requireIs(f.t, err, c.want, "AppendKeys with "+what)
 			requireIDs(f.t, f.ids(ns, "k"), []uint64{1, 2}, "k after a batch with "+what)
 			f.requireGone(ns, "fresh")
+		}
+	})
+
+	run("AppendKeys/BelowConflictsWhereTheIndexReachesIt", func(f *fixture) {
+		// Each key's index ends at 5; every part's ids start above it. A Below at or under the last id
+		// conflicts though the ids alone would be taken (the packed layer's overlapping chunk); a
+		// Below above it appends, an absent index takes any Below.
+		keys := []string{"at", "under", "over", "first", "plain", "fresh/é"}
+		for _, k := range keys[:5] {
+			f.append(ns, k, 2, 5)
+		}
+		part := func(k string, below uint64) is.KeyEntries {
+			return is.KeyEntries{Key: k, Entries: []is.Entry{{ID: 8, Value: value(k, 8)}, {ID: 9, Value: value(k, 9)}}, Below: below}
+		}
+		reqs := []is.KeyEntries{part("at", 5), part("under", 3), part("over", 6), part("first", 8), part("plain", 0), part("fresh/é", 1)}
+		errs, err := is.AppendKeys(f.ctx, f.st, ns, reqs)
+		if err != nil || len(errs) != len(reqs) {
+			f.t.Fatalf("AppendKeys: %d results, %v", len(errs), err)
+		}
+		for i, r := range reqs {
+			want := []uint64{2, 5, 8, 9}
+			if r.Key == "fresh/é" {
+				want = []uint64{8, 9}
+			}
+			if r.Below > 0 && r.Below <= 5 && r.Key != "fresh/é" {
+				want = []uint64{2, 5}
+				requireIs(f.t, errs[i], is.ErrConflict, fmt.Sprintf("%q with Below %d over an index ending at 5", r.Key, r.Below))
+			} else if errs[i] != nil {
+				f.t.Fatalf("%q with Below %d: %v, want it appended", r.Key, r.Below, errs[i])
+			}
+			requireIDs(f.t, f.ids(ns, r.Key), want, fmt.Sprintf("%q after a part with Below %d", r.Key, r.Below))
 		}
 	})
 

@@ -64,6 +64,7 @@ type linInput struct {
 	kind  linOpKind
 	batch int      // the number of keys of the batch this is a part of; 0 for a call of its own
 	ids   []uint64 // Append: one; AppendMany: several
+	below uint64   // an AppendKeys part's Below (0: none)
 	a, b  uint64   // Read: from, to; Closest: id; DropPrefix: upTo
 }
 
@@ -88,7 +89,7 @@ func linStep(state, input, output any) (bool, any) {
 	case linExists:
 		return out.ok == (len(s) > 0), s
 	case linAppend, linAppendMany:
-		if in.ids[0] <= last {
+		if (is.KeyEntries{Entries: []is.Entry{{ID: in.ids[0]}}, Below: in.below}).Bound() <= last {
 			return out.conflict, s
 		}
 		if out.conflict {
@@ -164,6 +165,9 @@ var linModel = porcupine.Model{
 		switch in.kind {
 		case linAppend, linAppendMany:
 			args = fmt.Sprint(in.ids)
+			if in.below > 0 {
+				args += fmt.Sprintf(" below %d", in.below)
+			}
 		case linRead:
 			args = fmt.Sprintf("%d..%d", in.a, in.b)
 		case linClosest, linClosestLast, linDropPrefix:
@@ -288,7 +292,8 @@ func (c *linClient) batch() (read bool, reqs []is.KeyID) {
 }
 
 // appendBatch is a batch append of the client's: one key or all, in a random order, each key's part
-// like an AppendMany's (fresh ids, or now and then from the last id handed out, to race for it).
+// like an AppendMany's (fresh ids, or now and then from the last id handed out, to race for it), now
+// and then with a Below under its first id.
 func (c *linClient) appendBatch() []is.KeyEntries {
 	keys := slices.Clone(c.keys)
 	c.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
@@ -300,6 +305,11 @@ func (c *linClient) appendBatch() []is.KeyEntries {
 			first = max(c.nextID.Load()-3, 1)
 		}
 		reqs[i] = is.KeyEntries{Key: k, Entries: entries(k, first, first+1+c.rng.Uint64N(2))}
+		if first > 2 && c.rng.IntN(3) == 0 {
+			// Below the first id: an append of another client's just before this one's ids makes it
+			// a conflict the ids alone would not be.
+			reqs[i].Below = first - 2
+		}
 	}
 	return reqs
 }
@@ -324,7 +334,7 @@ func (f *fixture) linRunAppendBatch(st is.Storage, reqs []is.KeyEntries) ([]linI
 		for j, e := range r.Entries {
 			ids[j] = e.ID
 		}
-		ins[i] = linInput{key: r.Key, kind: linAppendMany, ids: ids, batch: len(reqs)}
+		ins[i] = linInput{key: r.Key, kind: linAppendMany, ids: ids, below: r.Below, batch: len(reqs)}
 		outs[i] = linOutput{conflict: errs[i] != nil}
 	}
 	return ins, outs, nil

@@ -171,7 +171,8 @@ func (m *model) batchDrop() []touched {
 }
 
 // batchAppend appends to a few keys in one AppendKeys, each key's part one the model can follow (one or
-// two fresh ids, nothing, or a conflict: a first id at the last id of a present key), and checks each
+// two fresh ids, with or without a Below; nothing; or a conflict: a first id at the last id of a
+// present key, or fresh ids with a Below at it), and checks each
 // key's error: nil where the model appends, ErrConflict where it refuses, the index unchanged then.
 func (m *model) batchAppend() []touched {
 	f := m.f
@@ -191,10 +192,21 @@ func (m *model) batchAppend() []touched {
 		default:
 			for range 1 + m.rng.IntN(2) {
 				reqs[i].Entries = append(reqs[i].Entries, entries(k, m.nextID)...)
-				m.last[k] = m.nextID
-				m.count[k]++
 				m.nextID++
 			}
+			// Now and then a Below: above the last id (appended), or at it, which the ids alone would
+			// take (a conflict).
+			if r := m.rng.IntN(3); r > 0 && present {
+				reqs[i].Below = last + uint64(2-r)
+				conflict[i] = r == 2
+			} else if r > 0 {
+				reqs[i].Below = 1
+			}
+			if conflict[i] {
+				break
+			}
+			m.last[k] = reqs[i].Entries[len(reqs[i].Entries)-1].ID
+			m.count[k] += len(reqs[i].Entries)
 			out = append(out, touched{k, true})
 		}
 	}

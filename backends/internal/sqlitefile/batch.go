@@ -264,7 +264,7 @@ func (e *Engine) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID)
 // AppendKeys runs Append of each key of reqs that has entries in one write transaction on the writer,
 // BEGIN IMMEDIATE and one commit: each key's part is Append's check and insert under the file's write
 // lock, all of its entries or none. A key whose first id is not above its last id fails with
-// ErrConflict and writes nothing; a key whose last id cannot be read, or whose insert the engine
+// ErrConflict and writes nothing (so does one whose Below is not above it); a key whose last id cannot be read, or whose insert the engine
 // refuses for its own rows (KeyFault), fails alone, its rows undone to the savepoint taken before
 // them, and the others go on. Any other failure rolls the whole transaction back and fails the call.
 // Results are in the order of reqs.
@@ -283,7 +283,7 @@ func (e *Engine) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries
 		}
 		for _, i := range each {
 			r := reqs[i]
-			keyErr, err := appendPart(ctx, tx, lastID, ns, r.Key, r.Entries)
+			keyErr, err := appendPart(ctx, tx, lastID, ns, r)
 			if err == nil && keyErr != nil && (!KeyFault(ctx, keyErr) || !inTransaction(c)) {
 				err = keyErr
 			}
@@ -360,8 +360,8 @@ func appendAll(ctx context.Context, c *sql.Conn, tx *sql.Tx, ns string, reqs []i
 		switch {
 		case key != reqs[i].Key || (last != nil && (!ok || lastID <= 0)):
 			each = append(each, i) // read back otherwise, or a row of another type: the per-key path says
-		case last != nil && reqs[i].Entries[0].ID <= uint64(lastID):
-			out[i] = conflict(reqs[i].Entries[0].ID, lastID)
+		case last != nil && reqs[i].Bound() <= uint64(lastID):
+			out[i] = conflict(reqs[i].Bound(), lastID)
 		default:
 			insert = append(insert, i)
 		}
@@ -427,14 +427,14 @@ func (e *Engine) inWriteTx(ctx context.Context, query string, fn func(c *sql.Con
 // so that an insert refused midway leaves none of the key's rows. keyErr is the part's own failure;
 // err is one that leaves the transaction in no known state (the savepoint could not be taken, undone
 // or released), which fails the batch.
-func appendPart(ctx context.Context, tx *sql.Tx, lastID *sql.Stmt, ns, key string, entries []is.Entry) (keyErr, err error) {
-	if err := above(lastID.QueryRowContext(ctx, ns, key), entries[0].ID); err != nil {
+func appendPart(ctx context.Context, tx *sql.Tx, lastID *sql.Stmt, ns string, r is.KeyEntries) (keyErr, err error) {
+	if err := above(lastID.QueryRowContext(ctx, ns, r.Key), r.Bound()); err != nil {
 		return err, nil // nothing of the key's was written
 	}
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT append_part`); err != nil {
 		return nil, err
 	}
-	if keyErr = insert(ctx, tx, ns, key, entries); keyErr != nil {
+	if keyErr = insert(ctx, tx, ns, r.Key, r.Entries); keyErr != nil {
 		if _, err := tx.ExecContext(ctx, `ROLLBACK TO append_part`); err != nil {
 			return nil, errors.Join(keyErr, err)
 		}

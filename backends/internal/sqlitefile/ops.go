@@ -63,11 +63,17 @@ func (e *Engine) Exists(ctx context.Context, ns, key string) (bool, error) {
 // Append adds entries, a valid batch of at least one, to the index: all of them, or none and an
 // ErrConflict when the first id is not above the index's last.
 func (e *Engine) Append(ctx context.Context, ns, key string, entries []is.Entry) error {
+	return e.AppendKey(ctx, ns, is.KeyEntries{Key: key, Entries: entries})
+}
+
+// AppendKey is Append of r's entries, with ErrConflict when its Bound (the first id, or Below) is not
+// above the index's last: one AppendKeys part in a transaction of its own.
+func (e *Engine) AppendKey(ctx context.Context, ns string, r is.KeyEntries) error {
 	return e.write(ctx, func(tx *sql.Tx) error {
-		if err := above(tx.QueryRowContext(ctx, qLastID, ns, key), entries[0].ID); err != nil {
+		if err := above(tx.QueryRowContext(ctx, qLastID, ns, r.Key), r.Bound()); err != nil {
 			return err
 		}
-		return insert(ctx, tx, ns, key, entries)
+		return insert(ctx, tx, ns, r.Key, r.Entries)
 	})
 }
 

@@ -30,6 +30,9 @@ const (
 	// bugBatchAppendStopsAtConflict ends an AppendKeys at its first conflicting key and reports the keys
 	// after it appended (nil) without appending them.
 	bugBatchAppendStopsAtConflict bug = "batchAppendStopsAtConflict"
+	// bugBatchAppendIgnoresBelow appends a part whose Below is not above the index's last id, as long
+	// as its first id is: the ids alone decide.
+	bugBatchAppendIgnoresBelow bug = "batchAppendIgnoresBelow"
 )
 
 func init() {
@@ -40,6 +43,7 @@ func init() {
 		mutant{bugBatchStopsAtKeyError, "a batch stops at a key whose storage fails and reports the keys after it as success (nil Err, zero results) without reading or dropping them"},
 		mutant{bugBatchAppendFailsAll, "AppendKeys fails every key when one key's append conflicts, appending none: a key's failure is not its own"},
 		mutant{bugBatchAppendStopsAtConflict, "AppendKeys stops at the first key whose append conflicts and reports the keys after it appended, though nothing of theirs was written"},
+		mutant{bugBatchAppendIgnoresBelow, "AppendKeys ignores a part's Below: a row is appended above the index's last id though the index holds ids at or above Below (a packed chunk overlapping the ones before it)"},
 	)
 }
 
@@ -70,7 +74,14 @@ func (s *store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 		}
 	}
 	for i, r := range reqs {
-		out[i] = s.AppendMany(ctx, ns, r.Key, r.Entries)
+		below := r.Below
+		if s.bug == bugBatchAppendIgnoresBelow {
+			below = 0
+		}
+		if len(r.Entries) == 0 && s.bug == bugEmptyBatchShortCircuits {
+			continue
+		}
+		out[i] = s.appendMany(ns, r.Key, r.Entries, below, s.bug != bugAliasAppendMany)
 		if s.bug == bugBatchAppendStopsAtConflict && errors.Is(out[i], is.ErrConflict) {
 			return out, nil // the parts after it stay nil: reported appended, never written
 		}

@@ -324,7 +324,7 @@ func (s *store) ClosestLast(ctx context.Context, ns, key string, id uint64) (clo
 }
 
 func (s *store) Append(ctx context.Context, ns, key string, id uint64, value []byte) error {
-	err := s.appendMany(ns, key, []is.Entry{{ID: id, Value: value}}, s.bug != bugAliasAppend)
+	err := s.appendMany(ns, key, []is.Entry{{ID: id, Value: value}}, 0, s.bug != bugAliasAppend)
 	if err == nil && s.bug == bugCancelledWriteApplied {
 		return ctx.Err() // checked after the commit, not before
 	}
@@ -335,10 +335,11 @@ func (s *store) AppendMany(_ context.Context, ns, key string, batch []is.Entry) 
 	if len(batch) == 0 && s.bug == bugEmptyBatchShortCircuits {
 		return nil // nothing to write, so nothing to check
 	}
-	return s.appendMany(ns, key, batch, s.bug != bugAliasAppendMany)
+	return s.appendMany(ns, key, batch, 0, s.bug != bugAliasAppendMany)
 }
 
-func (s *store) appendMany(ns, key string, batch []is.Entry, copyValues bool) error {
+// appendMany appends batch; below, where set, is an AppendKeys part's Below, checked with the ids.
+func (s *store) appendMany(ns, key string, batch []is.Entry, below uint64, copyValues bool) error {
 	rows := make([]is.Entry, len(batch))
 	for i, e := range batch {
 		rows[i] = e
@@ -364,7 +365,7 @@ func (s *store) appendMany(ns, key string, batch []is.Entry, copyValues bool) er
 		if len(rows) == 0 {
 			return old, nil
 		}
-		if err := above(rows[0].ID, old); err != nil {
+		if err := above(is.KeyEntries{Entries: rows, Below: below}.Bound(), old); err != nil {
 			return nil, err
 		}
 		if last, ok := s.lastIDs[s.ident(ns, key)]; ok && len(old) == 0 && rows[0].ID <= last {
