@@ -1,9 +1,11 @@
 package archive_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -99,8 +101,9 @@ func TestStack_AnEphemeralOplogNeverTouchesThePrimary(t *testing.T) {
 }
 
 // The sweep's drain of an agent at the layer above the bottom is one read of the chunks with the last
-// index (the gate's re-check), the target's last index, one segment put with its index rows, and one
-// drop: the source is not read again once moved.
+// index (the gate's re-check), one segment put with its index rows (which refuse an overlap
+// themselves: the target's last index is not read), and one drop: the source is not read again once
+// moved.
 func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	ctx := t.Context()
 	calls := map[is.Operation]int{}
@@ -127,7 +130,7 @@ func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	if err != nil || d.Moved != 30 || d.Hops != 1 {
 		t.Fatalf("DrainSeen: %+v %v", d, err)
 	}
-	want := map[is.Operation]int{is.OpClosestLast: 1, is.OpLastID: 1, is.OpAppendKeys: 1, is.OpDropPrefix: 1}
+	want := map[is.Operation]int{is.OpClosestLast: 1, is.OpAppendKeys: 1, is.OpDropPrefix: 1}
 	if fmt.Sprint(calls) != fmt.Sprint(want) {
 		t.Fatalf("storage calls %v, want %v", calls, want)
 	}
@@ -145,4 +148,59 @@ func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	if _, err := stack.DrainSeen(ctx, a, oplog.Ephemeral, 2, 30); err == nil {
 		t.Fatal("DrainSeen from the bottom was accepted")
 	}
+}
+
+// A drain into the packed layer does not read the layer's last index first: its rows refuse an overlap
+// themselves (is.KeyEntries.Below). Where the layer holds part of the oplog already (a sweep that
+// crashed after its rows and before its drop), the refusal makes the drain read it and compare it:
+// the rest is appended, each index read back once, and a prefix that differs is ErrIndexReused with
+// nothing appended. A Below left off the rows appends the whole oplog over the prefix unread.
+func TestStack_DrainOverAPrefixTheBottomHoldsComparesIt(t *testing.T) {
+	for _, reused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reused=%v", reused), func(t *testing.T) {
+			ctx := t.Context()
+			st, blobs := memory.New(), memory.NewBlobStore()
+			stack, err := archive.DefaultStack(st, blobs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bottom, err := archive.NewBlobLayer(st, blobs, 0, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := oplog.AgentID{Component: "c", Name: "half-archived"}
+			all := entries(30)
+			if err := stack.Append(ctx, a, oplog.Ephemeral, all); err != nil {
+				t.Fatal(err)
+			}
+			prefix := slices.Clone(all[:20])
+			if reused {
+				prefix[4] = oplog.Entry{Index: 5, Payload: []byte("another entry 5")}
+			}
+			if err := bottom.Append(ctx, a, oplog.Ephemeral, prefix); err != nil {
+				t.Fatal(err)
+			}
+			d, err := stack.DrainSeen(ctx, a, oplog.Ephemeral, 1, 30)
+			if reused {
+				if !errors.Is(err, oplog.ErrIndexReused) {
+					t.Fatalf("DrainSeen over a prefix that differs: %+v %v, want ErrIndexReused", d, err)
+				}
+				if got, err := bottom.Read(ctx, a, oplog.Ephemeral, 1, 100, oplog.ReadLimit{Entries: 100, Bytes: 1 << 20}); err != nil || !slices.EqualFunc(got, prefix, entryEqual) {
+					t.Fatalf("the bottom after the refused drain holds %v, %v; want the prefix alone", got, err)
+				}
+				return
+			}
+			if err != nil || d.Moved != 10 {
+				t.Fatalf("DrainSeen over a prefix the bottom holds: %+v %v, want 10 moved", d, err)
+			}
+			got, err := stack.Read(ctx, a, oplog.Ephemeral, 1, 100)
+			if err != nil || !slices.EqualFunc(got, all, entryEqual) {
+				t.Fatalf("read back %v, %v; want indices 1..30 once each", got, err)
+			}
+		})
+	}
+}
+
+func entryEqual(a, b oplog.Entry) bool {
+	return a.Index == b.Index && bytes.Equal(a.Payload, b.Payload)
 }

@@ -3,6 +3,7 @@ package archive
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -206,7 +207,7 @@ func migrateBatch(ctx context.Context, chunks *Blob, packed *Packed, mode oplog.
 			return err
 		}
 		for j, k := range ks {
-			if errs[j] != nil {
+			if errs[j] != nil && !errors.Is(errs[j], oplog.ErrHeldAlready) { // held: a migration run before wrote them
 				fail(k, errs[j])
 				continue
 			}

@@ -220,21 +220,34 @@ func lastIndexMany(ctx context.Context, st is.Storage, ns, layer string, agents 
 	return out, nil
 }
 
-// Append is AppendBatch of one oplog: its chunks in a segment of their own.
+var _ oplog.OverlapRefuser = (*Packed)(nil)
+
+// RefusesOverlap: AppendBatch refuses any entry at or below the index's last id (its rows' Below), so a
+// hop into the layer need not read the last id before it appends. On a Storage without
+// is.BatchAppender the condition is a read just before each append, no earlier than the hop's own.
+func (p *Packed) RefusesOverlap() bool { return true }
+
+// Append is AppendBatch of one oplog: its chunks in a segment of their own; entries the layer holds
+// already, byte for byte, stand as appended (nil).
 func (p *Packed) Append(ctx context.Context, agent oplog.AgentID, mode oplog.Mode, entries []oplog.Entry) error {
 	errs, err := p.AppendBatch(ctx, mode, []oplog.AppendRequest{{Agent: agent, Entries: entries}})
 	if err != nil {
 		return err
+	}
+	if errors.Is(errs[0], oplog.ErrHeldAlready) {
+		return nil // a rewrite of identical bytes stands, as in the chunk layout
 	}
 	return errs[0]
 }
 
 // AppendBatch writes every request's entries as chunks packed into segments (one for the batch, more
 // past MaxSegmentChunks chunks or MaxSegmentBytes), then every chunk's index row in one AppendKeys per
-// is.MaxBatch oplogs. An oplog's rows conflict, as an indexed layer's do, when its first chunk does not
-// end above the index's last id (another archiver wrote there first): unless the layer already holds
-// exactly those entries (then the append stands, as a rewrite of identical bytes does in the chunk
-// layout), that oplog fails with is.ErrConflict. Either way its chunks stay in the segment
+// is.MaxBatch oplogs. An oplog's rows conflict, as an indexed layer's do, when the index's last id is
+// not below its first entry's index (is.KeyEntries.Below: the rows are stored under their chunks' last
+// indices, and the ids alone would let a chunk overlap the ones before it), checked in the same step
+// as the rows' insert (another archiver wrote there first): unless the layer already holds
+// exactly those entries (then its part is oplog.ErrHeldAlready: nothing appended, nothing lost, as a
+// rewrite of identical bytes in the chunk layout), that oplog fails with is.ErrConflict. Either way its chunks stay in the segment
 // unreferenced. An oplog whose entries are invalid fails alone; a segment that cannot be written fails
 // the oplogs of its group (nothing of them is indexed).
 func (p *Packed) AppendBatch(ctx context.Context, mode oplog.Mode, reqs []oplog.AppendRequest) ([]error, error) {
@@ -299,6 +312,9 @@ func (p *Packed) appendGroup(ctx context.Context, mode oplog.Mode, parts []packe
 		}
 		p.beforeRows(names)
 	}
+	for i, pt := range parts {
+		rows[i].Below = uint64(reqs[pt.req].Entries[0].Index)
+	}
 	errs, err := is.AppendKeys(ctx, p.st, oplog.BlobIndexNamespace(mode, p.level), rows)
 	if err == nil && len(errs) != len(rows) {
 		err = fmt.Errorf("index rows: %d results for %d oplogs", len(errs), len(rows))
@@ -318,7 +334,7 @@ func (p *Packed) appendGroup(ctx context.Context, mode oplog.Mode, parts []packe
 	for i, pt := range parts {
 		err := errs[i]
 		if errors.Is(err, is.ErrConflict) && p.holdsAlready(ctx, mode, reqs[pt.req]) {
-			err = nil
+			err = oplog.ErrHeldAlready
 		}
 		if err != nil {
 			out[pt.req] = fmt.Errorf("%s: append to %s: %w", p.name, reqs[pt.req].Agent, err)
@@ -328,8 +344,8 @@ func (p *Packed) appendGroup(ctx context.Context, mode oplog.Mode, parts []packe
 
 // holdsAlready reports whether the layer holds every entry of r, byte for byte: a concurrent archive of
 // the same agent (two sidecars during a hand-off) indexed the same chunks first. The append then stands
-// as done, as a put of identical bytes does in the chunk layout; its own copies stay unreferenced in the
-// segment. Any doubt (a read error, a difference) answers false and the conflict stands.
+// as done (oplog.ErrHeldAlready), as a put of identical bytes does in the chunk layout; its own copies
+// stay unreferenced in the segment. Any doubt (a read error, a difference) answers false and the conflict stands.
 func (p *Packed) holdsAlready(ctx context.Context, mode oplog.Mode, r oplog.AppendRequest) bool {
 	first, last := r.Entries[0].Index, r.Entries[len(r.Entries)-1].Index
 	got, err := p.Read(ctx, r.Agent, mode, first, last, oplog.ReadLimit{Entries: len(r.Entries), Bytes: math.MaxInt})

@@ -2,6 +2,7 @@ package oplog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"golang.org/x/sync/errgroup"
@@ -53,13 +54,19 @@ type AppendRequest struct {
 	Entries []Entry
 }
 
+// ErrHeldAlready is an AppendBatch part refused for an overlap where the layer holds exactly those
+// entries already, byte for byte (another drain of the agent wrote them first): nothing was appended
+// and readers see each index once. A hop counts them compared, not moved; Append reports it as nil.
+var ErrHeldAlready = errors.New("the layer holds exactly these entries already")
+
 // BatchAppender is implemented by a layer that writes many oplogs' entries of one mode in one go: the
 // packed blob layer writes a batch's chunks as one segment. A batch drain appends to a target through
 // it; a target without it is appended to one oplog at a time.
 type BatchAppender interface {
 	// AppendBatch is Append of each request's entries, each part with Append's rules (ErrConflict for
 	// an overlap, all or nothing on its oplog). The result has one error a request, in the order of
-	// reqs (nil: appended); the call's own error means no part is known to have taken effect or not.
+	// reqs (nil: appended; ErrHeldAlready: the layer held them already); the call's own error means no
+	// part is known to have taken effect or not.
 	AppendBatch(ctx context.Context, mode Mode, reqs []AppendRequest) ([]error, error)
 }
 
@@ -115,7 +122,7 @@ func dropMany(ctx context.Context, l Layer, mode Mode, reqs []DropRequest) ([]Dr
 }
 
 // targetLasts reads, in one call, the target's last index of every active hop out of layer i whose
-// batch holds entries, where the target is the bottom layer and a BatchLastReader, and hands each to
+// batch holds entries and whose append does not check it (hop.appendChecks), where the target is the bottom layer and a BatchLastReader, and hands each to
 // its hop for step 2 (hop.targetLast). A failure of the call is each hop's error.
 func (s *Stack) targetLasts(ctx context.Context, mode Mode, i int, hops []*hop, active []int, batches [][]Entry, failed []bool, errs []error) {
 	target, ok := s.layers[i+1].(BatchLastReader)
@@ -125,7 +132,7 @@ func (s *Stack) targetLasts(ctx context.Context, mode Mode, i int, hops []*hop, 
 	var ks []int
 	var agents []AgentID
 	for _, k := range active {
-		if !failed[k] && len(batches[k]) > 0 {
+		if !failed[k] && len(batches[k]) > 0 && !hops[k].appendChecks {
 			ks = append(ks, k)
 			agents = append(agents, hops[k].agent)
 		}

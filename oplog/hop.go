@@ -44,7 +44,12 @@ type hop struct {
 	// targetLast, when set, is the target's last index read by the caller after this batch was read
 	// (a batch drain reads them for many hops in one call): step 2 uses it instead of reading it.
 	targetLast *Index
-	step       Step
+	// appendChecks: the target is the bottom and refuses, at the append, any entry at or below its last
+	// index (OverlapRefuser). Step 2 then takes the target's last index as 0 without reading it, and a
+	// refusal starts the pass again with reads (retry clears it): a batch above the target's last index
+	// (the usual case) costs no read of it.
+	appendChecks bool
+	step         Step
 
 	// Erasures (Stack.Erase): tombs is where they are recorded (nil: none looked for); started, when the
 	// step first read the source; appended, whether the round under way appended to the target; and
@@ -65,10 +70,19 @@ type hop struct {
 }
 
 func newHop(agent AgentID, mode Mode, src Layer, below []Layer, last Index, first []Entry) *hop {
+	r, ok := below[0].(OverlapRefuser)
 	return &hop{
 		agent: agent, mode: mode, src: src, below: below, last: last, first: first, next: 1,
-		step: Step{Source: src.Name(), Target: below[0].Name()},
+		appendChecks: len(below) == 1 && ok && r.RefusesOverlap(),
+		step:         Step{Source: src.Name(), Target: below[0].Name()},
 	}
+}
+
+// OverlapRefuser is implemented by a layer whose Append refuses with indexedstorage.ErrConflict any
+// entry at or below the layer's last index, checked at the append itself (the packed blob layer's rows
+// carry the condition: is.KeyEntries.Below), unless the layer holds exactly those entries already.
+type OverlapRefuser interface {
+	RefusesOverlap() bool
 }
 
 // hopStalls bounds the tries of one hop whose appends the target keeps refusing with ErrConflict
@@ -113,7 +127,7 @@ func (h *hop) take(ctx context.Context, batch []Entry) (upTo Index, err error) {
 		return 0, err
 	}
 	if len(above) > 0 {
-		err = h.below[0].Append(ctx, h.agent, h.mode, above)
+		err = appendMany(ctx, h.below[0], h.mode, []AppendRequest{{Agent: h.agent, Entries: above}})[0]
 	}
 	return h.settle(above, err)
 }
@@ -143,11 +157,16 @@ func (h *hop) prepare(ctx context.Context, batch []Entry) (above []Entry, err er
 	return above, nil
 }
 
-// settle ends take once step 4 appended above (appendErr: its error) and returns how far step 5 drops.
+// settle ends take once step 4 appended above (appendErr: its error; ErrHeldAlready makes above
+// verified rather than appended) and returns how far step 5 drops.
 // An empty batch ends the pass's reads (a concurrent drain dropped the rest); at the end of the pass, a
 // source that held only verified entries since the last drop is dropped up to them. A conflict on the
 // append starts the pass again from index 1 (retry) while the target's last index moves on.
 func (h *hop) settle(above []Entry, appendErr error) (upTo Index, err error) {
+	if errors.Is(appendErr, ErrHeldAlready) {
+		// Another drain appended exactly these first, and the target compared them: verified, not moved.
+		h.verified, above, appendErr = h.end, nil, nil
+	}
 	if appendErr != nil {
 		if errors.Is(appendErr, is.ErrConflict) && h.retry() {
 			return 0, nil
@@ -185,6 +204,7 @@ func (h *hop) retry() bool {
 	h.tries++
 	h.prevTarget = h.target
 	h.next, h.verified, h.target, h.first = 1, 0, 0, nil
+	h.appendChecks = false // the conflict may be a prefix the target holds: read it, verify it
 	return true
 }
 
@@ -232,9 +252,11 @@ func (h *hop) alreadyBelow(ctx context.Context, batch []Entry) (knownBelow, erro
 			k.gone = first - 1
 		}
 	}
-	if h.targetLast != nil {
+	switch {
+	case h.targetLast != nil:
 		k.target, h.targetLast = *h.targetLast, nil
-	} else {
+	case h.appendChecks: // the append checks what a read would; a refusal retries with reads
+	default:
 		var err error
 		if k.target, _, err = h.below[0].LastIndex(ctx, h.agent, h.mode); err != nil {
 			return k, err
