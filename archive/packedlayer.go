@@ -243,13 +243,13 @@ func (p *Packed) Append(ctx context.Context, agent oplog.AgentID, mode oplog.Mod
 // AppendBatch writes every request's entries as chunks packed into segments (one for the batch, more
 // past MaxSegmentChunks chunks or MaxSegmentBytes), then every chunk's index row in one AppendKeys per
 // is.MaxBatch oplogs. An oplog's rows conflict, as an indexed layer's do, when the index's last id is
-// not below its first entry's index (is.KeyEntries.Below: the rows are stored under their chunks' last
-// indices, and the ids alone would let a chunk overlap the ones before it), checked in the same step
-// as the rows' insert (another archiver wrote there first): unless the layer already holds
-// exactly those entries (then its part is oplog.ErrHeldAlready: nothing appended, nothing lost, as a
-// rewrite of identical bytes in the chunk layout), that oplog fails with is.ErrConflict. Either way its chunks stay in the segment
-// unreferenced. An oplog whose entries are invalid fails alone; a segment that cannot be written fails
-// the oplogs of its group (nothing of them is indexed).
+// not below its first entry's index (another archiver wrote there first), checked in the same step as
+// the rows' insert (is.KeyEntries.Below: the rows are stored under their chunks' last indices, and the
+// ids alone would let a chunk overlap the ones before it). Unless the layer already holds exactly those
+// entries (then its part is oplog.ErrHeldAlready: nothing appended, nothing lost, as a rewrite of
+// identical bytes in the chunk layout), that oplog fails with is.ErrConflict. Either way its chunks
+// stay in the segment unreferenced. An oplog whose entries are invalid fails alone; a segment that
+// cannot be written fails the oplogs of its group (nothing of them is indexed).
 func (p *Packed) AppendBatch(ctx context.Context, mode oplog.Mode, reqs []oplog.AppendRequest) ([]error, error) {
 	out := make([]error, len(reqs))
 	var parts []packedPart
@@ -345,7 +345,8 @@ func (p *Packed) appendGroup(ctx context.Context, mode oplog.Mode, parts []packe
 // holdsAlready reports whether the layer holds every entry of r, byte for byte: a concurrent archive of
 // the same agent (two sidecars during a hand-off) indexed the same chunks first. The append then stands
 // as done (oplog.ErrHeldAlready), as a put of identical bytes does in the chunk layout; its own copies
-// stay unreferenced in the segment. Any doubt (a read error, a difference) answers false and the conflict stands.
+// stay unreferenced in the segment. Any doubt (a read error, a difference) answers false and the
+// conflict stands.
 func (p *Packed) holdsAlready(ctx context.Context, mode oplog.Mode, r oplog.AppendRequest) bool {
 	first, last := r.Entries[0].Index, r.Entries[len(r.Entries)-1].Index
 	got, err := p.Read(ctx, r.Agent, mode, first, last, oplog.ReadLimit{Entries: len(r.Entries), Bytes: math.MaxInt})

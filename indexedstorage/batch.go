@@ -83,11 +83,12 @@ func (r KeyEntries) Bound() uint64 {
 // trip (the blob index of the packed blob layer gets a row for each agent of an archive batch this
 // way). Each key's part is AppendMany(key, Entries): all or nothing on its index, linearizable against
 // every other operation on it, ErrConflict (naming the index's last id) when its Bound (the first id,
-// or Below) is not above the index's last, checked in the same step as the append. The batch is not atomic across keys. The result has one error a key, in the order
-// of reqs (nil: appended); a key's failure (a conflict, a poisoned index) is its own and the other
-// keys go on. The call's own error means no part is known to have taken effect or not (as an
-// AppendMany that times out); arguments invalid touch nothing (ValidateAppendKeys: ErrInvalidArgument,
-// or ErrConflict for a key's ids not ascending, as AppendMany says of them).
+// or Below) is not above the index's last, checked in the same step as the append. The batch is not
+// atomic across keys. The result has one error a key, in the order of reqs (nil: appended); a key's
+// failure (a conflict, a poisoned index) is its own and the other keys go on. The call's own error
+// means no part is known to have taken effect or not (as an AppendMany that times out); arguments
+// invalid touch nothing (ValidateAppendKeys: ErrInvalidArgument, or ErrConflict for a key's ids not
+// ascending, as AppendMany says of them).
 type BatchAppender interface {
 	AppendKeys(ctx context.Context, ns string, reqs []KeyEntries) ([]error, error)
 }
@@ -111,7 +112,7 @@ func ValidateAppendKeys(ns string, reqs []KeyEntries) error {
 // each key in turn, with ClosestLastMany's rule for failures. There a key's Below is checked by a read
 // of its last id before its AppendMany, not in one step with it: a writer between the two can put an
 // id at or above Below that the append does not see (a Storage without BatchAppender has no
-// conditional append; the packed layer's overlap rule holds there as it did before Below).
+// conditional append of its own).
 func AppendKeys(ctx context.Context, st Storage, ns string, reqs []KeyEntries) ([]error, error) {
 	if b, ok := st.(BatchAppender); ok {
 		return b.AppendKeys(ctx, ns, reqs)

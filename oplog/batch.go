@@ -122,8 +122,9 @@ func dropMany(ctx context.Context, l Layer, mode Mode, reqs []DropRequest) ([]Dr
 }
 
 // targetLasts reads, in one call, the target's last index of every active hop out of layer i whose
-// batch holds entries and whose append does not check it (hop.appendChecks), where the target is the bottom layer and a BatchLastReader, and hands each to
-// its hop for step 2 (hop.targetLast). A failure of the call is each hop's error.
+// batch holds entries and whose append does not check it (hop.appendChecks), where the target is the
+// bottom layer and a BatchLastReader, and hands each to its hop for step 2 (hop.targetLast). A failure
+// of the call is each hop's error.
 func (s *Stack) targetLasts(ctx context.Context, mode Mode, i int, hops []*hop, active []int, batches [][]Entry, failed []bool, errs []error) {
 	target, ok := s.layers[i+1].(BatchLastReader)
 	if !ok || i+1 != len(s.layers)-1 {

@@ -158,10 +158,10 @@ func (h *hop) prepare(ctx context.Context, batch []Entry) (above []Entry, err er
 }
 
 // settle ends take once step 4 appended above (appendErr: its error; ErrHeldAlready makes above
-// verified rather than appended) and returns how far step 5 drops.
-// An empty batch ends the pass's reads (a concurrent drain dropped the rest); at the end of the pass, a
-// source that held only verified entries since the last drop is dropped up to them. A conflict on the
-// append starts the pass again from index 1 (retry) while the target's last index moves on.
+// verified rather than appended) and returns how far step 5 drops. An empty batch ends the pass's reads
+// (a concurrent drain dropped the rest); at the end of the pass, a source that held only verified
+// entries since the last drop is dropped up to them. A conflict on the append starts the pass again
+// from index 1 (retry) while the target's last index moves on.
 func (h *hop) settle(above []Entry, appendErr error) (upTo Index, err error) {
 	if errors.Is(appendErr, ErrHeldAlready) {
 		// Another drain appended exactly these first, and the target compared them: verified, not moved.

@@ -68,12 +68,12 @@ func (s *engine) prepareBatchSQL() {
 	LEFT JOIN (SELECT dropped.ord, count(*) AS n FROM dropped GROUP BY dropped.ord) AS d ON d.ord = req.ord
 	ORDER BY req.ord`
 	// $1 namespace, $2 the keys, $3 each key's bound (its first id, or Below), $4 the entries' ids, $5
-	// their values, $6 the ordinal (1-based, into $2) of the key each entry belongs to. Run after sqlLockMany in the same
-	// transaction, so its snapshot is taken with every key's lock held: req reads each key's last id
-	// (a backward seek of the primary key) as sqlAppend does, and the INSERT writes the entries of the
-	// keys whose bound is above it, each key's all or none. A row per key, in request order: ord,
-	// its last id before the batch (NULL: none); the caller calls a key whose last id is not below its
-	// bound a conflict, as AppendMany does.
+	// their values, $6 the ordinal (1-based, into $2) of the key each entry belongs to. Run after
+	// sqlLockMany in the same transaction, so its snapshot is taken with every key's lock held: req
+	// reads each key's last id (a backward seek of the primary key) as sqlAppend does, and the INSERT
+	// writes the entries of the keys whose bound is above it, each key's all or none. A row per key, in
+	// request order: ord, its last id before the batch (NULL: none); the caller calls a key whose last
+	// id is not below its bound a conflict, as AppendMany does.
 	s.sqlAppendKeys = `WITH req AS MATERIALIZED (
 		SELECT r.ord, r.key, r.first, (SELECT max(i.id) FROM ` + t + ` AS i WHERE i.namespace = $1 AND i.key = r.key) AS last
 		FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS r(key, first, ord)

@@ -264,10 +264,10 @@ func (e *Engine) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID)
 // AppendKeys runs Append of each key of reqs that has entries in one write transaction on the writer,
 // BEGIN IMMEDIATE and one commit: each key's part is Append's check and insert under the file's write
 // lock, all of its entries or none. A key whose first id is not above its last id fails with
-// ErrConflict and writes nothing (so does one whose Below is not above it); a key whose last id cannot be read, or whose insert the engine
-// refuses for its own rows (KeyFault), fails alone, its rows undone to the savepoint taken before
-// them, and the others go on. Any other failure rolls the whole transaction back and fails the call.
-// Results are in the order of reqs.
+// ErrConflict and writes nothing (so does one whose Below is not above it); a key whose last id cannot
+// be read, or whose insert the engine refuses for its own rows (KeyFault), fails alone, its rows undone
+// to the savepoint taken before them, and the others go on. Any other failure rolls the whole
+// transaction back and fails the call. Results are in the order of reqs.
 func (e *Engine) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries) ([]error, error) {
 	if e.readOnly {
 		return nil, errReadOnly
