@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -89,7 +90,7 @@ func linStep(state, input, output any) (bool, any) {
 	case linExists:
 		return out.ok == (len(s) > 0), s
 	case linAppend, linAppendMany:
-		if (is.KeyEntries{Entries: []is.Entry{{ID: in.ids[0]}}, Below: in.below}).Bound() <= last {
+		if bound := cmp.Or(in.below, in.ids[0]); bound <= last { // is.KeyEntries.Bound
 			return out.conflict, s
 		}
 		if out.conflict {

@@ -74,14 +74,10 @@ func (s *store) AppendKeys(ctx context.Context, ns string, reqs []is.KeyEntries)
 		}
 	}
 	for i, r := range reqs {
-		below := r.Below
 		if s.bug == bugBatchAppendIgnoresBelow {
-			below = 0
+			r.Below = 0
 		}
-		if len(r.Entries) == 0 && s.bug == bugEmptyBatchShortCircuits {
-			continue
-		}
-		out[i] = s.appendMany(ns, r.Key, r.Entries, below, s.bug != bugAliasAppendMany)
+		out[i] = s.appendKey(ns, r)
 		if s.bug == bugBatchAppendStopsAtConflict && errors.Is(out[i], is.ErrConflict) {
 			return out, nil // the parts after it stay nil: reported appended, never written
 		}

@@ -332,10 +332,16 @@ func (s *store) Append(ctx context.Context, ns, key string, id uint64, value []b
 }
 
 func (s *store) AppendMany(_ context.Context, ns, key string, batch []is.Entry) error {
-	if len(batch) == 0 && s.bug == bugEmptyBatchShortCircuits {
+	return s.appendKey(ns, is.KeyEntries{Key: key, Entries: batch})
+}
+
+// appendKey is AppendMany of r's entries with its Below: AppendMany itself, and each part of
+// AppendKeys.
+func (s *store) appendKey(ns string, r is.KeyEntries) error {
+	if len(r.Entries) == 0 && s.bug == bugEmptyBatchShortCircuits {
 		return nil // nothing to write, so nothing to check
 	}
-	return s.appendMany(ns, key, batch, 0, s.bug != bugAliasAppendMany)
+	return s.appendMany(ns, r.Key, r.Entries, r.Below, s.bug != bugAliasAppendMany)
 }
 
 // appendMany appends batch; below, where set, is an AppendKeys part's Below, checked with the ids.
