@@ -87,10 +87,15 @@ func readIndexed(ctx context.Context, st is.Storage, layer, ns string, agent opl
 		var row is.Entry
 		var ok bool
 		var err error
-		if withLast {
+		switch {
+		case withLast:
 			withLast = false
 			row, ok, last, exists, err = is.ClosestLast(ctx, st, ns, key, uint64(from))
-		} else {
+		case exists && uint64(from) > last:
+			// Past the last id read with the first chunk: what is there is a writer's since, which
+			// a ReadLast does not return (a read to the end stops here without another call).
+			return 0, nil, false, nil
+		default:
 			row, ok, err = st.Closest(ctx, ns, key, uint64(from))
 		}
 		if err != nil || !ok {

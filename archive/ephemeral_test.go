@@ -137,6 +137,21 @@ func TestStack_DrainSeenReadsTheSourceOnceAndDropsItOnce(t *testing.T) {
 	if got, err := stack.Read(ctx, a, oplog.Ephemeral, 1, 100); err != nil || len(got) != 30 {
 		t.Fatalf("read back %d entries, %v", len(got), err)
 	}
+	// A gate that read no index (seen 0: stamps vouched for it) is re-checked against nothing: the
+	// drain moves what its first read finds, with the same calls.
+	if err := stack.Append(ctx, a, oplog.Ephemeral, entries(40)[30:]); err != nil {
+		t.Fatal(err)
+	}
+	clear(calls)
+	if d, err := stack.DrainSeen(ctx, a, oplog.Ephemeral, 1, 0); err != nil || d.Moved != 10 || !d.Finished(1) {
+		t.Fatalf("DrainSeen with no index seen: %+v %v", d, err)
+	}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("storage calls %v with no index seen, want %v", calls, want)
+	}
+	if got, err := stack.Read(ctx, a, oplog.Ephemeral, 1, 100); err != nil || len(got) != 40 {
+		t.Fatalf("read back %d entries, %v", len(got), err)
+	}
 	// A drain of a layer emptied meanwhile (the executor's teardown drain won) moves nothing and is
 	// no hop.
 	if d, err := stack.DrainSeen(ctx, a, oplog.Ephemeral, 1, 30); err != nil || d.Hops != 0 || d.Moved != 0 {

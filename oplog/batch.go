@@ -194,10 +194,25 @@ func each(ctx context.Context, n int, fn func(ctx context.Context, i int)) {
 }
 
 // Seen is one agent of a batch drain and the last index the sweep's gate saw in the drained layer.
+// Index 0 is a gate that passed the agent without reading its index (its storage's stamps vouched that
+// the index did not change between two sightings, is.Page.Stamps): the first read takes the layer's
+// last index as it finds it, with nothing to re-check, as Drain's does.
 type Seen struct {
 	Agent AgentID
 	Index Index
 }
+
+// bound is how far a drain of s reads the layer: up to the index the gate saw, or to the end.
+func (s Seen) bound() Index {
+	if s.Index == 0 {
+		return readToEnd
+	}
+	return s.Index
+}
+
+// movedOn reports whether the layer's last index, read by a drain's first read, is no longer the one
+// the gate saw (never, where the gate read none).
+func (s Seen) movedOn(last Index) bool { return s.Index != 0 && last != s.Index }
 
 // DrainResult is one agent's part of a batch drain: what DrainSeen (or Drain) returns for it.
 type DrainResult struct {
@@ -335,7 +350,7 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 	for k, at := range live {
 		reqs[k] = ReadRequest{Agent: seen[at].Agent, From: 1, To: readToEnd}
 		if checkSeen {
-			reqs[k].To = seen[at].Index
+			reqs[k].To = seen[at].bound()
 		}
 	}
 	started := s.now()
@@ -351,7 +366,7 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 		case r.Err != nil:
 			fail(k, r.Err)
 		case !r.Exists: // a concurrent drain moved everything: no hop
-		case checkSeen && r.Last != seen[at].Index:
+		case checkSeen && seen[at].movedOn(r.Last):
 			failed[k] = true
 			out[at].Err = &MovedOnError{Layer: src.Name(), Seen: seen[at].Index, Last: r.Last}
 		default:

@@ -125,7 +125,8 @@ func OutsideBuckets() []is.KeyRange {
 // the one the quiet gate saw: the check costs no call of its own.
 type LastReader interface {
 	// ReadLast returns what Read(from, to, limit) and LastIndex return, the last index read with the
-	// first of the reads that Read makes.
+	// first of the reads that Read makes. It may stop at that last index: entries past it are a
+	// writer's since the read, which a reader of both drops (a drain to the end reads no further).
 	ReadLast(ctx context.Context, agent AgentID, mode Mode, from, to Index, limit ReadLimit) (entries []Entry, last Index, exists bool, err error)
 }
 

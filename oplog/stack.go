@@ -313,9 +313,10 @@ func (s *Stack) hop(ctx context.Context, agent AgentID, mode Mode, i int, srcLas
 // when the layer holds nothing, a teardown drain won and the drain is no hop. It is one hop when
 // the layer below is the bottom; otherwise Drain's hops follow from the next layer down.
 // Drained.Finished(layer) reports whether this drain, and not a concurrent one, moved the entry at
-// seen out of the layer. Entries a writer appends above seen during the drain stay where they are,
-// as in ArchiveStep: the sweep meets them on a later pass, when they are quiet (under the
-// executor's Locker nothing can be written meanwhile).
+// seen out of the layer. A seen of 0 is a gate that read no index (Seen): the first read's last
+// index stands for it, with nothing to re-check. Entries a writer appends above seen during the drain
+// stay where they are, as in ArchiveStep: the sweep meets them on a later pass, when they are quiet
+// (under the executor's Locker nothing can be written meanwhile).
 func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer int, seen Index) (Drained, error) {
 	if err := s.check(agent, mode); err != nil {
 		return Drained{}, err
@@ -325,16 +326,17 @@ func (s *Stack) DrainSeen(ctx context.Context, agent AgentID, mode Mode, layer i
 	}
 	src := s.layers[layer]
 	started := s.now()
-	first, last, exists, err := readLast(ctx, src, agent, mode, 1, seen, ChunkLimit)
+	sn := Seen{Agent: agent, Index: seen}
+	first, last, exists, err := readLast(ctx, src, agent, mode, 1, sn.bound(), ChunkLimit)
 	switch {
 	case err != nil:
 		return Drained{}, fmt.Errorf("archive %s from %s: %w", agent, src.Name(), err)
 	case !exists:
 		return Drained{}, nil
-	case last != seen:
+	case sn.movedOn(last):
 		return Drained{}, &MovedOnError{Layer: src.Name(), Seen: seen, Last: last}
 	}
-	step, err := s.hop(ctx, agent, mode, layer, seen, first, started)
+	step, err := s.hop(ctx, agent, mode, layer, last, first, started)
 	d := Drained{Moved: step.Moved, Bytes: step.Bytes}
 	// A hop whose entries a concurrent drain (a teardown drain, another sidecar) moved first, wholly or
 	// only its last part, is not this drain's.

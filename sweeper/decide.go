@@ -239,15 +239,15 @@ func assess(seen sighting, known bool, current oplog.Index, stamp string, pass u
 }
 
 // sightUnread reports whether a key whose page stamped it is sighted by that stamp alone, without a
-// read of its index: an agent not tracked yet, or tracked by a stamp alone from an earlier pass that
-// has changed since (either way no earlier sighting can pass the gate with this one, and the next
-// pass compares stamps). An agent whose earlier sighting can pass with this one is read, since a
-// candidate carries its index.
+// read of its index: an agent not tracked yet, or tracked by a stamp alone from an earlier pass. Either
+// this sighting's stamp is that one, and the gate passes on the stamps alone (assess), or it is not, and
+// no earlier sighting can pass with this one: the next pass compares stamps. Only an agent whose earlier
+// sighting read its index is read again, since the gate then compares indexes.
 func sightUnread(seen sighting, known bool, stamp string, pass uint64) bool {
 	if stamp == "" {
 		return false
 	}
-	return !known || (seen.unread && seen.pass < pass && seen.stamp != stamp)
+	return !known || (seen.unread && seen.pass < pass)
 }
 
 // keep reports whether a tracking entry survives the completion of pass: it was seen in that pass or

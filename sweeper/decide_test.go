@@ -132,7 +132,7 @@ func TestAssess_QuietGateNeedsAnEarlierPass(t *testing.T) {
 	}
 }
 
-func TestSightUnread_OnlyWhereNoEarlierSightingCanPass(t *testing.T) {
+func TestSightUnread_WhereTheStampsAloneDecide(t *testing.T) {
 	for _, c := range []struct {
 		seen   sighting
 		known  bool
@@ -142,7 +142,7 @@ func TestSightUnread_OnlyWhereNoEarlierSightingCanPass(t *testing.T) {
 	}{
 		{sighting{}, false, "", 1, false},                                    // no stamp: read
 		{sighting{}, false, "s1", 1, true},                                   // first sighting
-		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s1", 2, false}, // may pass: read for the candidate's index
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s1", 2, true},  // unchanged: passes by the stamps, unread
 		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s2", 2, true},  // changed: a new first sighting
 		{sighting{stamp: "s1", unread: true, pass: 2}, true, "s2", 2, false}, // a duplicate in this pass: read, as before
 		{sighting{index: 5, stamp: "s1", pass: 1}, true, "s2", 2, false},     // read before: read again, the indexes decide

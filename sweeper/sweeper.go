@@ -129,7 +129,7 @@ type route struct {
 type candidate struct {
 	key   string
 	agent oplog.AgentID
-	index oplog.Index // the last index the gate passed on
+	index oplog.Index // the last index the gate passed on; 0: passed by stamps alone, not read
 }
 
 // Sweeper is the sweep over one stack. SweepOnce and Run may be called from one goroutine at a time
@@ -409,14 +409,22 @@ func (s *Sweeper) scanRoute(t *tick, r *route, rr *RouteReport) []candidate {
 	}
 	afforded := min(len(cands), sh.archives)
 	work := cands[:afforded]
-	r.pending = cands[afforded:]
-	if len(r.pending) > 0 && rr.Truncated == "" {
+	r.pending = carried(cands[afforded:])
+	if len(cands) > afforded && rr.Truncated == "" {
 		// The walk finished (its pass completed) with more agents through the gate than the tick
 		// can archive: the rest wait for the next tick, which the report must say.
 		rr.Truncated = ReasonArchiveBudget
 	}
 	b.spend(rr.Scanned, rr.Pages, afforded)
 	return work
+}
+
+// carried is the candidates of cands that wait for a later tick: all but those the gate passed by
+// stamps alone (index 0, nothing for the archive to re-check), which are archived in the tick that
+// sighted them or not at all, so that no write can slip unchecked between a sighting and an archive
+// ticks later. Their tracking entries stay: the next pass compares their stamps again.
+func carried(cands []candidate) []candidate {
+	return slices.DeleteFunc(slices.Clone(cands), func(c candidate) bool { return c.index == 0 })
 }
 
 // errShutdownGrace is the cause of an agent's context cut because the shutdown grace elapsed.
@@ -652,6 +660,13 @@ func (s *Sweeper) decide(r *route, key string, sg sight) (candidate, Outcome, er
 	case sg.err != nil:
 		return candidate{}, "", sg.err
 	case sg.unread:
+		if seen, known := s.tracked.lookup(r.id, key); assess(seen, known, 0, sg.stamp, r.pass) {
+			// Unchanged since a sighting of an earlier pass, by the stamps alone: a candidate whose
+			// index the gate did not read (0), so the archive's first read takes the last index it
+			// finds (oplog.Seen). Re-stamped before the archive, as below.
+			s.tracked.update(r.id, key, sighting{stamp: sg.stamp, unread: true, pass: r.pass})
+			return candidate{key: key, agent: agent}, "", nil
+		}
 		if !s.tracked.track(r.id, key, sighting{stamp: sg.stamp, unread: true, pass: r.pass, first: s.opts.Now()}) {
 			return candidate{}, OutcomeUntracked, nil
 		}
@@ -764,7 +779,7 @@ dispatch:
 	wg.Wait()
 	close(results)
 	// Whatever the stop left unstarted is carried to the next tick, ahead of new work.
-	r.pending = append(slices.Clone(cands[started:]), r.pending...)
+	r.pending = append(carried(cands[started:]), r.pending...)
 	for batch := range results {
 		for _, res := range batch {
 			s.record(r, rr, res)

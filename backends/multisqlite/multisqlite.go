@@ -895,7 +895,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 			}
 			page.Keys = append(page.Keys, keys...)
 			if len(keys) > 0 {
-				stamp := changeStamp(filepath.Join(nsDir, d, name), now, stampSettle)
+				stamp := changeStamp(filepath.Join(nsDir, d, name), now, StampSettle)
 				for range keys {
 					page.Stamps = append(page.Stamps, stamp)
 				}
@@ -906,9 +906,10 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 	return page, nil
 }
 
-// stampSettle is how long ago a file and its -wal must have last changed for a walk to stamp them
-// (changeStamp): two orders above the kernel's coarse clock tick, so that any later write moves ctime.
-const stampSettle = time.Second
+// StampSettle is how long ago a file and its -wal must have last changed for a walk to stamp them
+// (is.Page.Stamps; changeStamp): two orders above the kernel's coarse clock tick, so that any later
+// write moves ctime. A file changed more recently is not stamped: the sweep's gate reads its index.
+const StampSettle = time.Second
 
 // Scan is a positional cursor over the files of the directories the prefix's range visits: cursor is
 // how many files earlier calls visited, and each call lists those directories again (Scan is kept for

@@ -72,7 +72,8 @@ func TestOplog_BatchDrainMovesEveryAgentToTheBottomOnce(t *testing.T) {
 
 // Inside a batch each agent has its own outcome, as DrainSeen gives it alone: one whose layer moved on
 // since the gate, one the layer no longer holds, one whose index was reused, one twice in the batch
-// and one that cannot be addressed fail or pass alone; the others are drained.
+// and one that cannot be addressed fail or pass alone; the others are drained, one whose gate read no
+// index (Seen.Index 0) up to the last index its first read finds.
 func TestOplog_BatchDrainGivesEachAgentItsOwnOutcome(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		l := oplogtest.NewLayers(t, b.Open(t), nil)
@@ -80,7 +81,8 @@ func TestOplog_BatchDrainGivesEachAgentItsOwnOutcome(t *testing.T) {
 		mode := oplog.Ephemeral
 		plain, movedOn, gone, reused := oplogtest.AgentNamed("plain"), oplogtest.AgentNamed("moved-on"),
 			oplogtest.AgentNamed("gone"), oplogtest.AgentNamed("reused")
-		for _, a := range []oplog.AgentID{plain, movedOn, gone, reused} {
+		unread := oplogtest.AgentNamed("unread") // a gate that read no index (stamps): Seen.Index 0
+		for _, a := range []oplog.AgentID{plain, movedOn, gone, reused, unread} {
 			l.Write(t, a, mode, 1, 5, rng)
 		}
 		// reused: its first life is archived, and its second writes indices 1..3 again.
@@ -89,8 +91,9 @@ func TestOplog_BatchDrainGivesEachAgentItsOwnOutcome(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := []oplog.Seen{{Agent: plain, Index: 5}, {Agent: movedOn, Index: 5}, {Agent: gone, Index: 5},
-			{Agent: reused, Index: 3}, {Agent: plain, Index: 5}, {Agent: oplog.AgentID{}, Index: 1}}
+			{Agent: reused, Index: 3}, {Agent: plain, Index: 5}, {Agent: oplog.AgentID{}, Index: 1}, {Agent: unread}}
 		l.Write(t, movedOn, mode, 6, 1, rng) // written since the gate saw 5
+		l.Write(t, unread, mode, 6, 1, rng)  // nothing to re-check: the drain takes what its read finds
 		l.Drain(t, gone, mode)               // a teardown drain took it first
 		res, err := l.Stack.DrainSeenMany(t.Context(), mode, 1, seen)
 		if err != nil {
@@ -116,6 +119,10 @@ func TestOplog_BatchDrainGivesEachAgentItsOwnOutcome(t *testing.T) {
 		if res[5].Err == nil {
 			t.Fatal("the zero agent drained without an error")
 		}
+		if r := res[6]; r.Err != nil || !r.Finished(1) || r.Moved != 6 {
+			t.Fatalf("unread: %+v, want its 6 entries moved", r)
+		}
+		l.RequireDrained(t, unread, mode, 6)
 	})
 }
 

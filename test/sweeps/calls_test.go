@@ -3,7 +3,9 @@ package sweeps_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/stratalog/strata/backends/multisqlite"
 	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/sweeper"
@@ -14,10 +16,11 @@ import (
 // What archiving a stranded agent costs in indexed-storage calls, every call of the whole drain
 // (pages, gate, re-check, archive step), by operation. Per batch of agents: one read of their chunks
 // with their last indices (the archive step's first read, which is the gate's re-check too), one append
-// of the blob index rows, one drop, and nothing else, where the backend has the batch operations; else one of each per agent. The gate's
-// two sightings come with the pages where the backend reads last ids with them (Page.LastIDs), else
-// they are two last-id reads an agent, or one where the page's stamps (Page.Stamps) vouch for the first.
-// The blob put is the blob store's, not counted here.
+// of the blob index rows, one drop, and nothing else, where the backend has the batch operations; else
+// one of each per agent. The gate's two sightings come with the pages where the backend reads last ids
+// with them (Page.LastIDs) or stamps its keys (Page.Stamps: the second sighting passes on an unchanged
+// stamp, and the archive's read takes the index), else they are two last-id reads an agent. The blob
+// put is the blob store's, not counted here.
 func TestSweep_StorageCallsPerArchivedAgent(t *testing.T) {
 	backendtest.Each(t, func(t *testing.T, b backendtest.Backend) {
 		cfg := oplogtest.SweepConfig()
@@ -26,6 +29,11 @@ func TestSweep_StorageCallsPerArchivedAgent(t *testing.T) {
 		r := oplogtest.NewSweepRig(t, calls.Wrap(st), cfg)
 		const n = 300
 		stranded := r.StrandAgents(t, "stranded", n, 3)
+		if _, ok := st.(*multisqlite.Store); ok {
+			// Its walk stamps only the files that settled (multisqlite.StampSettle) before it:
+			// let every stranded agent's, so that the gate reads none.
+			time.Sleep(multisqlite.StampSettle + 100*time.Millisecond)
+		}
 		calls.Reset()
 		batches := 0 // the archive batches the ticks ran: each agent a tick tried is in one
 		for tick := 0; r.Drained.Load() < n; tick++ {
@@ -48,7 +56,10 @@ func TestSweep_StorageCallsPerArchivedAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		gateReads := 2
-		if page.LastIDs != nil {
+		if page.LastIDs != nil || page.Stamps != nil {
+			// Pages with last ids spare the gate its reads; so do stamped ones (multi-SQLite): the
+			// first sighting is the stamp, and the second passes on an unchanged stamp, the archive's
+			// read taking the index.
 			gateReads = 0
 		}
 		// A batch reads the source (its chunks and last ids), appends the index rows of its segment
@@ -70,17 +81,9 @@ func TestSweep_StorageCallsPerArchivedAgent(t *testing.T) {
 			delete(want, is.OpDropPrefix)
 			want[is.OpDropPrefixMany] = batches
 		}
-		if gateReads > 0 {
-			want[is.OpLastID] += gateReads * n
-		}
-		if page.LastIDs == nil && page.Stamps != nil {
-			// A stamped page (multi-SQLite) spares the read of a first sighting whose file had settled
-			// (changed over a second before the walk), which depends on this machine's pace: between one
-			// read an agent (every file settled) and two (none).
-			if reads := got[is.OpLastID]; reads < n || reads > 2*n {
-				t.Fatalf("%d gate reads for %d agents of stamped pages, want between one and two an agent", reads, n)
-			}
-			want[is.OpLastID] = got[is.OpLastID]
+		want[is.OpLastID] += gateReads * n
+		if want[is.OpLastID] == 0 {
+			delete(want, is.OpLastID)
 		}
 		pages := got[is.OpScanStable]
 		delete(got, is.OpScanStable)
