@@ -194,7 +194,15 @@ func TestByteBudget_ShutdownEndsTheWaitAndLosesNothing(t *testing.T) {
 // Batches that start together each reserve what they are likely to move (their entries at the bytes an
 // entry the route has moved), so running four at once does not let four find the bucket full: what a
 // tick moves stays within the rate over its time plus one batch, not plus max_concurrency of them.
+// Agents the gate passed by their pages' stamps alone (their indexes unread) reserve as many entries as
+// an agent the route archived.
 func TestByteBudget_ConcurrentBatchesReserveTheirBytes(t *testing.T) {
+	for _, stamped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stamped=%v", stamped), func(t *testing.T) { concurrentBatchesReserveTheirBytes(t, stamped) })
+	}
+}
+
+func concurrentBatchesReserveTheirBytes(t *testing.T, stamped bool) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	cfg := config()
 	cfg.MaxBytesPerSecond, cfg.ArchiveBatch, cfg.MaxConcurrency, cfg.MaxTickDuration = 1024, 2, 4, 20*time.Second
@@ -202,6 +210,7 @@ func TestByteBudget_ConcurrentBatchesReserveTheirBytes(t *testing.T) {
 		o.Now = clock.Now
 		o.Sleep = func(ctx context.Context, d time.Duration) error { clock.advance(d); return ctx.Err() }
 	}))
+	e.st.set(func(p *probe) { p.noPageIDs, p.stamped = stamped, stamped })
 	e.strand(agent("together-L"), 1, 120) // the route learns the bytes an entry moves (names of one length: entries of one size)
 	e.tick()
 	if e.tick().Routes[0].Outcomes[sweeper.OutcomeArchived] != 1 {

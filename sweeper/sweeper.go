@@ -813,16 +813,22 @@ func (s *Sweeper) awaitBytes(t *tick) (reason Reason, deferred time.Duration) {
 }
 
 // reserveBytes takes from the byte budget's bucket, as a batch starts, what it is likely to move: its
-// agents' entries as the gate read them (their last indices) at the bytes an entry the route has moved
-// so far (nothing before it has moved one). The batches that start together while the bucket still
-// holds some would otherwise all find it full; the batch settles at what it moved when it ends.
+// agents' entries as the gate read them (their last indices; an agent passed by stamps alone, at the
+// entries an agent the route has archived) at the bytes an entry the route has moved so far (nothing
+// before it has moved one). The batches that start together while the bucket still holds some would
+// otherwise all find it full; the batch settles at what it moved when it ends.
 func (s *Sweeper) reserveBytes(r *route, batch []candidate) int64 {
 	if s.bytes == nil || r.movedEntries == 0 {
 		return 0
 	}
 	var entries int64
 	for _, c := range batch {
-		entries += int64(c.index)
+		switch {
+		case c.index > 0:
+			entries += int64(c.index)
+		case r.movedAgents > 0:
+			entries += r.movedEntries / r.movedAgents
+		}
 	}
 	reserved := int64(float64(entries) * float64(r.movedBytes) / float64(r.movedEntries))
 	s.bytes.spend(s.opts.Now(), reserved)
