@@ -927,6 +927,35 @@ func TestSweep_AStampPassedCandidateIsNotCarriedToTheNextTick(t *testing.T) {
 	}
 }
 
+// A write between the sighting that passed an agent by stamps alone and the archive's first read is
+// archived with the rest: that read finds the new last index and the drain moves everything up to it,
+// each entry once (the gate has no index to compare it with; the archive never depends on the gate).
+func TestSweep_AWriteAfterAStampPassIsArchivedWithTheRest(t *testing.T) {
+	woken := agent("woken")
+	var e *env
+	var asked atomic.Int32
+	e = newEnv(t, config(), withOptions(func(o *sweeper.Options) {
+		o.Residency = func(a oplog.AgentID) bool {
+			// Asked at each sighting, then once more as the archive starts: write there.
+			if a == woken && asked.Add(1) == 3 {
+				e.strand(woken, 3, 2)
+			}
+			return false
+		}
+	}))
+	e.st.set(func(p *probe) { p.noPageIDs, p.stamped = true, true })
+	e.strand(woken, 1, 2)
+	e.tick()
+	rr := e.tick().Routes[0]
+	if n := asked.Load(); n != 3 || len(rr.Archived) != 1 {
+		t.Fatalf("residency asked %d times, %d archived; want 3 (two sightings, the archive) and 1", n, len(rr.Archived))
+	}
+	if rr.Moved != 4 {
+		t.Fatalf("moved %d entries, want the 4 the archive's read found", rr.Moved)
+	}
+	e.requireArchived(woken, 4)
+}
+
 // The lag counts an agent sighted by its stamp alone at the entries an agent the route archived so
 // far, since its own last index was not read.
 func TestSweep_LagEstimatesTheEntriesOfAgentsSightedByStamp(t *testing.T) {
