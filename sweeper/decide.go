@@ -238,16 +238,31 @@ func assess(seen sighting, known bool, current oplog.Index, stamp string, pass u
 	return seen.index == current
 }
 
-// sightUnread reports whether a key whose page stamped it is sighted by that stamp alone, without a
-// read of its index: an agent not tracked yet, or tracked by a stamp alone from an earlier pass. Either
-// this sighting's stamp is that one, and the gate passes on the stamps alone (assess), or it is not, and
-// no earlier sighting can pass with this one: the next pass compares stamps. Only an agent whose earlier
-// sighting read its index is read again, since the gate then compares indexes.
+// sightUnread reports whether a key whose page stamped it is sighted without a read of its index: the
+// stamp vouches that the index has not changed for a while (is.Page.Stamps), and the gate decides
+// without the index (passUnread): on a first sighting, and on a later pass's, whatever the earlier one
+// read. Only a key seen again within one pass is read.
 func sightUnread(seen sighting, known bool, stamp string, pass uint64) bool {
 	if stamp == "" {
 		return false
 	}
-	return !known || (seen.unread && seen.pass < pass)
+	return !known || seen.pass < pass
+}
+
+// passUnread is the quiet gate for a key sighted by its stamp alone (sightUnread) after a sighting from
+// an earlier pass. One that read the index passes with that index, which the archive's first read
+// re-checks in the same step as it reads (an index that moved since declines the agent there, as the
+// gate would have): the read a second sighting would make is that re-check's. One sighted by its stamp
+// alone too passes when the stamps are the same, with no index (0): the archive's read takes the last
+// index it finds (oplog.Seen).
+func passUnread(seen sighting, known bool, stamp string, pass uint64) (index oplog.Index, move bool) {
+	switch {
+	case !known || seen.pass >= pass:
+		return 0, false
+	case !seen.unread:
+		return seen.index, true
+	}
+	return 0, stamp != "" && seen.stamp == stamp
 }
 
 // keep reports whether a tracking entry survives the completion of pass: it was seen in that pass or

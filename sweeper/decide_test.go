@@ -145,10 +145,33 @@ func TestSightUnread_WhereTheStampsAloneDecide(t *testing.T) {
 		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s1", 2, true},  // unchanged: passes by the stamps, unread
 		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s2", 2, true},  // changed: a new first sighting
 		{sighting{stamp: "s1", unread: true, pass: 2}, true, "s2", 2, false}, // a duplicate in this pass: read, as before
-		{sighting{index: 5, stamp: "s1", pass: 1}, true, "s2", 2, false},     // read before: read again, the indexes decide
+		{sighting{index: 5, stamp: "s1", pass: 1}, true, "s2", 2, true},      // read a pass before: the archive re-checks that index
+		{sighting{index: 5, stamp: "s1", pass: 2}, true, "s1", 2, false},     // this pass already: read
 	} {
 		if got := sightUnread(c.seen, c.known, c.stamp, c.pass); got != c.unread {
 			t.Fatalf("sightUnread(%+v, %v, %q, %d) = %v", c.seen, c.known, c.stamp, c.pass, got)
+		}
+	}
+}
+
+func TestPassUnread_OnTheIndexReadBeforeOrOnTheStamps(t *testing.T) {
+	for _, c := range []struct {
+		seen  sighting
+		known bool
+		stamp string
+		pass  uint64
+		index oplog.Index
+		move  bool
+	}{
+		{sighting{}, false, "s1", 1, 0, false},                                  // a first sighting
+		{sighting{index: 5, pass: 1}, true, "s1", 2, 5, true},                   // read a pass before: that index, for the archive to re-check
+		{sighting{index: 5, pass: 2}, true, "s1", 2, 0, false},                  // this pass already
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s1", 2, 0, true},  // stamps the same: no index
+		{sighting{stamp: "s1", unread: true, pass: 1}, true, "s2", 2, 0, false}, // changed
+		{sighting{stamp: "", unread: true, pass: 1}, true, "", 2, 0, false},     // an empty stamp vouches for nothing
+	} {
+		if index, move := passUnread(c.seen, c.known, c.stamp, c.pass); index != c.index || move != c.move {
+			t.Fatalf("passUnread(%+v, %v, %q, %d) = %d, %v; want %d, %v", c.seen, c.known, c.stamp, c.pass, index, move, c.index, c.move)
 		}
 	}
 }

@@ -660,12 +660,13 @@ func (s *Sweeper) decide(r *route, key string, sg sight) (candidate, Outcome, er
 	case sg.err != nil:
 		return candidate{}, "", sg.err
 	case sg.unread:
-		if seen, known := s.tracked.lookup(r.id, key); assess(seen, known, 0, sg.stamp, r.pass) {
-			// Unchanged since a sighting of an earlier pass, by the stamps alone: a candidate whose
-			// index the gate did not read (0), so the archive's first read takes the last index it
-			// finds (oplog.Seen). Re-stamped before the archive, as below.
-			s.tracked.update(r.id, key, sighting{stamp: sg.stamp, unread: true, pass: r.pass})
-			return candidate{key: key, agent: agent}, "", nil
+		if seen, known := s.tracked.lookup(r.id, key); known {
+			if index, move := passUnread(seen, known, sg.stamp, r.pass); move {
+				// Re-stamped before the archive, as below: with the index an earlier sighting read,
+				// which the archive re-checks, or none (0), the archive's read taking what it finds.
+				s.tracked.update(r.id, key, sighting{index: index, stamp: sg.stamp, unread: index == 0, pass: r.pass})
+				return candidate{key: key, agent: agent, index: index}, "", nil
+			}
 		}
 		if !s.tracked.track(r.id, key, sighting{stamp: sg.stamp, unread: true, pass: r.pass, first: s.opts.Now()}) {
 			return candidate{}, OutcomeUntracked, nil

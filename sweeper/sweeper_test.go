@@ -927,6 +927,42 @@ func TestSweep_AStampPassedCandidateIsNotCarriedToTheNextTick(t *testing.T) {
 	}
 }
 
+// An agent whose first sighting read its index (its file had changed too recently to stamp) is not read
+// again once its page stamps it: it passes with the index read then, and the archive's first read
+// re-checks that index. Written in between, it is declined there, as the gate would have held it, and
+// archived a pass later.
+func TestSweep_AStampedSecondSightingPassesOnTheIndexReadBefore(t *testing.T) {
+	e := newEnv(t, config())
+	e.st.set(func(p *probe) { p.noPageIDs, p.stamped = true, true })
+	quiet, late := agent("quiet"), agent("late")
+	for _, a := range []oplog.AgentID{quiet, late} {
+		e.strand(a, 1, 2)
+	}
+	e.st.set(func(p *probe) {
+		p.unvouched = map[string]bool{quiet.StoredKey(): true, late.StoredKey(): true}
+	})
+	e.tick()
+	if n, m := e.st.lastsOf(quiet), e.st.lastsOf(late); n != 1 || m != 1 {
+		t.Fatalf("first sightings of unstamped keys read %d and %d times, want once each", n, m)
+	}
+	e.strand(late, 3, 1) // written since its first sighting read 2
+	e.st.set(func(p *probe) { p.unvouched = nil })
+	before := e.st.lastsOf(quiet)
+	rr := e.tick().Routes[0]
+	if rr.Outcomes[sweeper.OutcomeArchived] != 1 || rr.Outcomes[sweeper.OutcomeDeclined] != 1 {
+		t.Fatalf("second sightings: outcomes %v, want one archived and one declined by the archive's re-check", rr.Outcomes)
+	}
+	// The quiet agent's reads in the second pass are the archive's alone (this probe has no batch
+	// read: one last-id read beside its chunk's), none the gate's.
+	if n := e.st.lastsOf(quiet) - before; n != 1 {
+		t.Fatalf("the quiet agent's index was read %d times in the second pass, want once (the archive's)", n)
+	}
+	e.requireArchived(quiet, 2)
+	e.requireStranded(late, 3)
+	e.tick()
+	e.requireArchived(late, 3)
+}
+
 // A write between the sighting that passed an agent by stamps alone and the archive's first read is
 // archived with the rest: that read finds the new last index and the drain moves everything up to it,
 // each entry once (the gate has no index to compare it with; the archive never depends on the gate).
