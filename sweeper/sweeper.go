@@ -576,10 +576,10 @@ type sight struct {
 
 // sight triages a page's keys and finds the last index of those that survive: from the page itself
 // when the backend read them with it (Page.LastIDs), else by reading each, at most MaxConcurrency at
-// once, as the archive phase runs. A key the page stamped (Page.Stamps: multi-file SQLite) is read
-// only when an earlier sighting can pass the gate with this one (sightUnread): a first sighting, the
-// one a pass before the gate's second, costs no read of the index (on multi-file SQLite, no file
-// open). A durable route reads every index, since its gate looks at the primary above the source.
+// once, as the archive phase runs. A key the page stamped (Page.Stamps: multi-file SQLite) is not
+// read (sightUnread): the gate decides on the stamps, or on the index an earlier sighting read, which
+// the archive re-checks (passUnread), so on multi-file SQLite the gate opens no stamped file. A
+// durable route reads every index, since its gate looks at the primary above the source.
 func (s *Sweeper) sight(t *tick, r *route, page is.Page) []sight {
 	sights := make([]sight, len(page.Keys))
 	ids := page.LastIDs
@@ -660,13 +660,12 @@ func (s *Sweeper) decide(r *route, key string, sg sight) (candidate, Outcome, er
 	case sg.err != nil:
 		return candidate{}, "", sg.err
 	case sg.unread:
-		if seen, known := s.tracked.lookup(r.id, key); known {
-			if index, move := passUnread(seen, known, sg.stamp, r.pass); move {
-				// Re-stamped before the archive, as below: with the index an earlier sighting read,
-				// which the archive re-checks, or none (0), the archive's read taking what it finds.
-				s.tracked.update(r.id, key, sighting{index: index, stamp: sg.stamp, unread: index == 0, pass: r.pass})
-				return candidate{key: key, agent: agent, index: index}, "", nil
-			}
+		seen, known := s.tracked.lookup(r.id, key)
+		if index, move := passUnread(seen, known, sg.stamp, r.pass); move {
+			// Re-stamped before the archive, as below: with the index an earlier sighting read,
+			// which the archive re-checks, or none (0), the archive's read taking what it finds.
+			s.tracked.update(r.id, key, sighting{index: index, stamp: sg.stamp, unread: index == 0, pass: r.pass})
+			return candidate{key: key, agent: agent, index: index}, "", nil
 		}
 		if !s.tracked.track(r.id, key, sighting{stamp: sg.stamp, unread: true, pass: r.pass, first: s.opts.Now()}) {
 			return candidate{}, OutcomeUntracked, nil
