@@ -821,16 +821,16 @@ func (s *Sweeper) reserveBytes(r *route, batch []candidate) int64 {
 	if s.bytes == nil || r.movedEntries == 0 {
 		return 0
 	}
-	var entries int64
+	var entries, unread uint64
 	for _, c := range batch {
-		switch {
-		case c.index > 0:
-			entries += int64(c.index)
-		case r.movedAgents > 0:
-			entries += r.movedEntries / r.movedAgents
+		if c.index > 0 {
+			entries += uint64(c.index)
+		} else {
+			unread++
 		}
 	}
-	reserved := int64(float64(entries) * float64(r.movedBytes) / float64(r.movedEntries))
+	more, _ := r.unreadEntries(unread) // none while the route has archived no agent
+	reserved := r.bytesOf(entries + more)
 	s.bytes.spend(s.opts.Now(), reserved)
 	return reserved
 }

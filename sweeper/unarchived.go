@@ -35,14 +35,28 @@ func (r *route) lag(t *tracker, rr *RouteReport) {
 	r.movedBytes += rr.Bytes
 	r.movedAgents += int64(len(rr.Archived))
 	rr.UnarchivedEntries = readEntries
-	switch {
-	case unread == 0:
-	case r.movedAgents > 0:
-		rr.UnarchivedEntries += uint64(float64(unread) * float64(r.movedEntries) / float64(r.movedAgents))
-	case read > 0:
+	if entries, ok := r.unreadEntries(unread); ok {
+		rr.UnarchivedEntries += entries
+	} else if read > 0 {
 		rr.UnarchivedEntries += unread * readEntries / read
 	}
-	if r.movedEntries > 0 {
-		rr.UnarchivedBytes = int64(float64(rr.UnarchivedEntries) * float64(r.movedBytes) / float64(r.movedEntries))
+	rr.UnarchivedBytes = r.bytesOf(rr.UnarchivedEntries)
+}
+
+// unreadEntries estimates the entries of n agents whose index the gate did not read (sighted by stamp)
+// at the entries an agent the route has archived so far; false while it has archived none.
+func (r *route) unreadEntries(n uint64) (uint64, bool) {
+	if r.movedAgents <= 0 {
+		return 0, false
 	}
+	return uint64(float64(n) * float64(r.movedEntries) / float64(r.movedAgents)), true
+}
+
+// bytesOf estimates the bytes of entries at the bytes an entry the route has moved so far (0 until it
+// has moved one).
+func (r *route) bytesOf(entries uint64) int64 {
+	if r.movedEntries <= 0 {
+		return 0
+	}
+	return int64(float64(entries) * float64(r.movedBytes) / float64(r.movedEntries))
 }
