@@ -895,7 +895,7 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 			}
 			page.Keys = append(page.Keys, keys...)
 			if len(keys) > 0 {
-				stamp := changeStamp(filepath.Join(nsDir, d, name), now, StampSettle)
+				stamp := changeStamp(filepath.Join(nsDir, d, name), now)
 				for range keys {
 					page.Stamps = append(page.Stamps, stamp)
 				}
@@ -907,9 +907,27 @@ func (s *Store) ScanStable(ctx context.Context, ns string, r is.KeyRange, from i
 }
 
 // StampSettle is how long ago a file and its -wal must have last changed for a walk to stamp them
-// (is.Page.Stamps; changeStamp): two orders above the kernel's coarse clock tick, so that any later
-// write moves ctime. A file changed more recently is not stamped: the sweep's gate reads its index.
+// (is.Page.Stamps; changeStamp) on a file system that records whole seconds: at least its granule, so
+// that any later write moves ctime. A file changed more recently is not stamped: the sweep's gate reads
+// its index.
 const StampSettle = time.Second
+
+// StampSettleFine is StampSettle on a file system whose times carry a fraction of a second: Linux
+// stamps them from its coarse clock, whose tick is 1–10 ms, so ten of the longest ticks are enough.
+// Most files a walk meets changed longer ago than either; what the finer bound spares is the read of
+// a file written in the second before its first sighting (an agent stranded just before a tick).
+const StampSettleFine = 100 * time.Millisecond
+
+// stampSettle is how old a change recorded at a ctime with ctimeNsec nanoseconds must be for a stamp to
+// vouch for the file. A ctime with nanoseconds comes from a file system that keeps them; one of zero
+// may come from one that keeps whole seconds (or fell on the second: the longer bound is then only
+// cautious).
+func stampSettle(ctimeNsec uint32) time.Duration {
+	if ctimeNsec != 0 {
+		return StampSettleFine
+	}
+	return StampSettle
+}
 
 // Scan is a positional cursor over the files of the directories the prefix's range visits: cursor is
 // how many files earlier calls visited, and each call lists those directories again (Scan is kept for

@@ -33,27 +33,28 @@ const changeStampFields = unix.STATX_INO | unix.STATX_BTIME | unix.STATX_SIZE | 
 
 // changeStamp is the page's stamp (is.Page.Stamps) of the index file at path: its identity (device,
 // inode, birth time), size, mtime and ctime, and the same of its -wal (or that it has none), or "" when
-// it cannot vouch for the file: a field cannot be read, or either file changed less than settle before
-// now.
+// it cannot vouch for the file: a field cannot be read, or either file changed less than its settle
+// (stampSettle: 1 s on a file system of whole seconds, 100 ms on one of finer times) before now.
 //
 // Why it is sound. A commit appends to the -wal (or, a foreign writer's rollback journal, writes the
 // file itself), and a checkpoint writes the file and truncates or rewrites the -wal: every change goes
 // through a write or truncate of one of the two, which sets that file's ctime to the kernel's coarse
 // clock. That clock moves in ticks (a few milliseconds), so a write within the tick of the file's last
 // change can leave ctime as it was, and a -wal rewritten from its start after a checkpoint keeps its
-// size: so a stamp is given only for files whose last change is settle old, and any later write moves
-// ctime. A file removed and created again (the removal protocol, lock.go) is born later: its birth time
-// differs even where its inode is reused. What remains is a wall clock stepped back by more than settle
-// between two sightings, onto the same tick; the sweep that compares stamps only delays or hastens an
-// archive it would make anyway, and an archive never depends on the gate for its safety.
-func changeStamp(path string, now time.Time, settle time.Duration) string {
+// size: so a stamp is given only for files whose last change is older than many such ticks (on a file
+// system of whole seconds, than one second), and any later write moves ctime. A file removed and
+// created again (the removal protocol, lock.go) is born later: its birth time differs even where its
+// inode is reused. What remains is a wall clock stepped back by more than the settle between two
+// sightings, onto the same tick; the sweep that compares stamps only delays or hastens an archive it
+// would make anyway, and an archive never depends on the gate for its safety.
+func changeStamp(path string, now time.Time) string {
 	b := make([]byte, 0, 160)
-	b, ok := appendFileStamp(b, path, now, settle, false)
+	b, ok := appendFileStamp(b, path, now, false)
 	if !ok {
 		return ""
 	}
 	b = append(b, '|')
-	b, ok = appendFileStamp(b, path+"-wal", now, settle, true)
+	b, ok = appendFileStamp(b, path+"-wal", now, true)
 	if !ok {
 		return ""
 	}
@@ -61,7 +62,7 @@ func changeStamp(path string, now time.Time, settle time.Duration) string {
 }
 
 // appendFileStamp appends the stamp of one file to b; a missing file appends "-" when mayLack is set.
-func appendFileStamp(b []byte, path string, now time.Time, settle time.Duration, mayLack bool) ([]byte, bool) {
+func appendFileStamp(b []byte, path string, now time.Time, mayLack bool) ([]byte, bool) {
 	var st unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_SYNC_AS_STAT, changeStampFields, &st); err != nil {
 		if mayLack && errors.Is(err, unix.ENOENT) {
@@ -73,7 +74,7 @@ func appendFileStamp(b []byte, path string, now time.Time, settle time.Duration,
 		return b, false
 	}
 	changed := time.Unix(st.Ctime.Sec, int64(st.Ctime.Nsec))
-	if now.Sub(changed) < settle {
+	if now.Sub(changed) < stampSettle(st.Ctime.Nsec) {
 		return b, false
 	}
 	for _, n := range []uint64{uint64(st.Dev_major), uint64(st.Dev_minor), st.Ino,

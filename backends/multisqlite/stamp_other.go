@@ -12,4 +12,4 @@ func stampOf(string) (fileStamp, bool) { return fileStamp{}, false }
 
 // changeStamp vouches for nothing outside Linux (no birth time to tell a re-created file): the sweep
 // reads each index it sights.
-func changeStamp(string, time.Time, time.Duration) string { return "" }
+func changeStamp(string, time.Time) string { return "" }

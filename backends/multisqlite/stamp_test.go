@@ -87,3 +87,15 @@ func TestStamps_ChangeWithTheirFileOnly(t *testing.T) {
 	}
 	changed("a removal and re-creation")
 }
+
+// How old a change must be for a stamp follows the file system's granule: times with nanoseconds come
+// from the kernel's coarse clock, whose ticks are milliseconds (StampSettleFine); whole seconds need a
+// second (StampSettle).
+func TestStampSettle_FollowsTheGranuleOfTheFileTimes(t *testing.T) {
+	if got := stampSettle(0); got != StampSettle {
+		t.Errorf("a ctime of whole seconds settles in %v, want %v", got, StampSettle)
+	}
+	if got := stampSettle(1); got != StampSettleFine {
+		t.Errorf("a ctime with nanoseconds settles in %v, want %v", got, StampSettleFine)
+	}
+}
