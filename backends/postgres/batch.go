@@ -67,6 +67,17 @@ func (s *engine) prepareBatchSQL() {
 	FROM req LEFT JOIN chosen ON chosen.ord = req.ord
 	LEFT JOIN (SELECT dropped.ord, count(*) AS n FROM dropped GROUP BY dropped.ord) AS d ON d.ord = req.ord
 	ORDER BY req.ord`
+	// $1 namespace, $2 the keys, $3 their upTo, each at most dropBatch and dropManyRows in all: then the
+	// ids alone bound the entries (distinct and positive, a key has at most upTo of them ≤ upTo), so
+	// none is counted and every key is dropped at once; this is the usual batch, an archive's page of
+	// tiny oplogs. Run after sqlLockMany as sqlDropMany is. A row per key that lost entries: its ord
+	// and how many.
+	s.sqlDropManyWithin = `WITH dropped AS (
+		DELETE FROM ` + t + ` AS i USING unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS c(key, upto, ord)
+		WHERE i.namespace = $1 AND i.key = c.key AND i.id <= c.upto
+		RETURNING c.ord
+	)
+	SELECT dropped.ord, count(*) FROM dropped GROUP BY dropped.ord`
 	// $1 namespace, $2 the keys, $3 each key's bound (its first id, or Below), $4 the entries' ids, $5
 	// their values, $6 the ordinal (1-based, into $2) of the key each entry belongs to. Run after
 	// sqlLockMany in the same transaction, so its snapshot is taken with every key's lock held: req
@@ -188,18 +199,26 @@ func (s *engine) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID)
 }
 
 // dropRound is one round trip of DropPrefixMany over reqs[pending]: the locks, then the drop of the
-// keys that fit, their counts written to out. It returns the keys left for a later round and those
+// keys that fit (every key, with no count first, where their upTo alone bound them within dropBatch
+// each and dropManyRows in all: sqlDropManyWithin), their counts written to out. It returns the keys left for a later round and those
 // too large for one statement. Its error has not been through fail; on error nothing was dropped.
 func (s *engine) dropRound(ctx context.Context, ns string, reqs []is.KeyID, pending []int, out []is.DropResult) (deferred, large []int, err error) {
 	keys := make([]string, len(pending))
 	upTo := make([]int64, len(pending))
+	within, total := true, int64(0)
 	for j, i := range pending {
 		keys[j], upTo[j] = reqs[i].Key, int64(min(reqs[i].ID, is.MaxID))
+		within, total = within && upTo[j] <= dropBatch, total+upTo[j]
 	}
+	within = within && total <= dropManyRows
 	// One implicit transaction: the batch's statements share one Sync.
 	var b pgx.Batch
 	b.Queue(s.sqlLockMany, s.lockPrefix(ns), keys)
-	b.Queue(s.sqlDropMany, ns, keys, upTo, dropBatch, dropManyRows)
+	if within {
+		b.Queue(s.sqlDropManyWithin, ns, keys, upTo)
+	} else {
+		b.Queue(s.sqlDropMany, ns, keys, upTo, dropBatch, dropManyRows)
+	}
 	br := s.pool.SendBatch(ctx, &b)
 	var locked int64
 	err = br.QueryRow().Scan(&locked)
@@ -211,7 +230,23 @@ func (s *engine) dropRound(ctx context.Context, ns string, reqs []is.KeyID, pend
 		chosen     bool
 	}
 	got := make([]row, 0, len(pending))
-	if err == nil {
+	switch {
+	case err != nil:
+	case within:
+		got = got[:len(pending)]
+		for j := range got {
+			got[j].chosen = true
+		}
+		var ord, dropped int64
+		rows, _ := br.Query()
+		_, err = pgx.ForEachRow(rows, []any{&ord, &dropped}, func() error {
+			if ord < 1 || ord > int64(len(got)) || got[ord-1].dropped != 0 {
+				return fmt.Errorf("row of request %d in a batch of %d", ord, len(got))
+			}
+			got[ord-1].dropped = dropped
+			return nil
+		})
+	default:
 		var ord int64
 		var r row
 		rows, _ := br.Query()

@@ -57,6 +57,7 @@ func TestBatchSQL_SeeksThePrimaryKey(t *testing.T) {
 		{"ClosestLastMany", e.sqlClosestLastMany, "text, text[], bigint[]", []any{"ns", keys, ids}, keysAndIDs},
 		{"DropPrefixMany", e.sqlDropMany, "text, text[], bigint[], bigint, bigint", []any{"ns", keys, ids, dropBatch, dropManyRows},
 			keysAndIDs + fmt.Sprintf(", %d, %d", dropBatch, dropManyRows)},
+		{"DropPrefixManyWithin", e.sqlDropManyWithin, "text, text[], bigint[]", []any{"ns", keys, ids}, keysAndIDs},
 		{"AppendKeys", e.sqlAppendKeys, "text, text[], bigint[], bigint[], bytea[], bigint[]", []any{"ns", keys, firsts, firsts, values, ords},
 			fmt.Sprintf("'ns', '{%s}', '{%[2]s}', '{%[2]s}', array_fill('\\x00'::bytea, ARRAY[%d]), '{%s}'",
 				strings.Join(keys, ","), strings.Join(firstText, ","), len(keys), strings.Join(ordText, ","))},

@@ -73,7 +73,7 @@ type engine struct {
 	sqlPage, sqlWalk [2][2]string
 	sqlScan          [2]string
 	// The batch operations' statements (batch.go).
-	sqlClosestLastMany, sqlLockMany, sqlDropMany, sqlAppendKeys string
+	sqlClosestLastMany, sqlLockMany, sqlDropMany, sqlDropManyWithin, sqlAppendKeys string
 }
 
 var (
