@@ -200,8 +200,9 @@ func (s *engine) DropPrefixMany(ctx context.Context, ns string, reqs []is.KeyID)
 
 // dropRound is one round trip of DropPrefixMany over reqs[pending]: the locks, then the drop of the
 // keys that fit (every key, with no count first, where their upTo alone bound them within dropBatch
-// each and dropManyRows in all: sqlDropManyWithin), their counts written to out. It returns the keys left for a later round and those
-// too large for one statement. Its error has not been through fail; on error nothing was dropped.
+// each and dropManyRows in all: sqlDropManyWithin), their counts written to out. It returns the keys
+// left for a later round and those too large for one statement. Its error has not been through fail;
+// on error nothing was dropped.
 func (s *engine) dropRound(ctx context.Context, ns string, reqs []is.KeyID, pending []int, out []is.DropResult) (deferred, large []int, err error) {
 	keys := make([]string, len(pending))
 	upTo := make([]int64, len(pending))
