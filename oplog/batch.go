@@ -364,7 +364,7 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 		case err != nil:
 			fail(k, err)
 		case r.Err != nil:
-			fail(k, r.Err)
+			fail(k, &UnreadableError{Layer: src.Name(), Err: r.Err})
 		case !r.Exists: // a concurrent drain moved everything: no hop
 		case checkSeen && seen[at].movedOn(r.Last):
 			failed[k] = true

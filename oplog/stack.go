@@ -359,6 +359,20 @@ func (e *MovedOnError) Error() string {
 	return fmt.Sprintf("%s moved on since the gate: last index %d, the gate saw %d", e.Layer, e.Last, e.Seen)
 }
 
+// UnreadableError is an agent's failure in a batched drain (DrainSeenMany, DrainMany) at the first read
+// of a layer, where the read of that agent's key failed on its own while the batch's read went on: its
+// data cannot be read (a file that is not a database, a key of another type). Nothing of the agent was
+// moved or dropped. The sweep counts it as the gate counts a read that fails, unreadable; an agent the
+// gate passed without a read (by stamps) meets its first read here.
+type UnreadableError struct {
+	Layer string
+	Err   error
+}
+
+func (e *UnreadableError) Error() string { return e.Err.Error() } // the layer's read names what failed
+
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
 // ErrIndexReused is returned by an archive step that finds source entries at or below the target's
 // last index that are not byte-identical to what the layers below hold: the agent's indices started
 // again instead of continuing. The step appended and dropped nothing, so every entry stays readable

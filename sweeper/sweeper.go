@@ -552,8 +552,14 @@ func (s *Sweeper) unreadable(r *route, rr *RouteReport, key, where string, err e
 		where = key
 	}
 	rr.Scanned++
-	rr.Errors++
 	rr.Outcomes[OutcomeUnreadable]++
+	s.listUnreadable(r, rr, key, where, err)
+}
+
+// listUnreadable counts as an error, lists (bounded) and logs a key whose read failed, counted
+// unreadable already: in the walk or the gate (unreadable), or at the archive's first read (record).
+func (s *Sweeper) listUnreadable(r *route, rr *RouteReport, key, where string, err error) {
+	rr.Errors++
 	if len(rr.Unreadable) < MaxUnreadableListed {
 		rr.Unreadable = append(rr.Unreadable, UnreadableKey{Route: r.Name, Key: key, Where: where, Err: err.Error(),
 			Pass: r.pass, At: s.opts.Now()})
@@ -728,6 +734,7 @@ type archived struct {
 	outcome Outcome
 	drained oplog.Drained
 	current oplog.Index // the last index the archive step found, when it declined a moved-on agent
+	err     error       // the read that failed, when the outcome is unreadable
 }
 
 // archiveAll archives the candidates in batches of ArchiveBatch, at most MaxConcurrency batches at
@@ -849,6 +856,8 @@ func (s *Sweeper) record(r *route, rr *RouteReport, res archived) {
 		}
 	case OutcomeArchiveFailed, OutcomeIntegrityFailed:
 		rr.Errors++
+	case OutcomeUnreadable:
+		s.listUnreadable(r, rr, res.key, res.key, res.err)
 	case OutcomeDeclined:
 		if res.current == 0 {
 			s.tracked.forget(r.id, res.key)
@@ -964,9 +973,15 @@ func (s *Sweeper) settle(ctx context.Context, r *route, res archived, d oplog.Dr
 	res.drained = d.Drained
 	err := d.Err
 	var movedOn *oplog.MovedOnError
+	var unread *oplog.UnreadableError
 	switch {
 	case errors.As(err, &movedOn):
 		res.outcome, res.current = OutcomeDeclined, movedOn.Last // moved on since the gate
+	case errors.As(err, &unread) && ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+		// The agent's key could not be read, as when the gate's read fails (which it skips for an
+		// agent passed by stamps): unreadable, listed, tried again next pass. A read cut by the
+		// batch's context is the cut's, not the key's.
+		res.outcome, res.err = OutcomeUnreadable, unread.Err
 	case errors.Is(err, oplog.ErrErased):
 		res.outcome = OutcomeDeclined // erased during the step, which removed what it wrote below
 	case errors.Is(err, oplog.ErrStepCap):

@@ -1,11 +1,14 @@
 package oplogs_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stratalog/strata/backends/memory"
+	is "github.com/stratalog/strata/indexedstorage"
 	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
@@ -124,6 +127,64 @@ func TestOplog_BatchDrainGivesEachAgentItsOwnOutcome(t *testing.T) {
 		}
 		l.RequireDrained(t, unread, mode, 6)
 	})
+}
+
+// partFailing is a storage whose ClosestLastMany fails the part of one key (a key its store cannot
+// read: a corrupt file, a key of another type), or the whole call.
+type partFailing struct {
+	is.Storage
+	failKey   string
+	failWhole bool
+}
+
+func (p *partFailing) ClosestLastMany(ctx context.Context, ns string, reqs []is.KeyID) ([]is.ClosestLastResult, error) {
+	if p.failWhole {
+		return nil, fmt.Errorf("injected: %w", is.ErrTransient)
+	}
+	out, err := is.ClosestLastMany(ctx, p.Storage, ns, reqs)
+	for i, r := range reqs {
+		if err == nil && r.Key == p.failKey {
+			out[i] = is.ClosestLastResult{Err: errors.New("injected: this key cannot be read")}
+		}
+	}
+	return out, err
+}
+
+// An agent whose part of the batch's first read fails gets an UnreadableError, and nothing of it
+// moves, while the batch's other agents drain (the sweep counts it unreadable, as when the gate's read
+// fails); a failure of the whole read is no agent's UnreadableError.
+func TestOplog_BatchDrainNamesTheAgentItCouldNotRead(t *testing.T) {
+	st := &partFailing{Storage: memory.New()}
+	l := oplogtest.NewLayers(t, st, nil)
+	rng := oplogtest.Seeded(t)
+	mode := oplog.Ephemeral
+	fine, poisoned := oplogtest.AgentNamed("fine"), oplogtest.AgentNamed("poisoned")
+	for _, a := range []oplog.AgentID{fine, poisoned} {
+		l.Write(t, a, mode, 1, 3, rng)
+	}
+	st.failKey = poisoned.StoredKey()
+	res, err := l.Stack.DrainSeenMany(t.Context(), mode, 1, []oplog.Seen{{Agent: fine}, {Agent: poisoned}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; r.Err != nil || r.Moved != 3 {
+		t.Fatalf("fine: %+v, want its 3 entries moved", r)
+	}
+	l.RequireDrained(t, fine, mode, 3)
+	var unread *oplog.UnreadableError
+	if r := res[1]; !errors.As(r.Err, &unread) || r.Moved != 0 {
+		t.Fatalf("poisoned: %+v, want an UnreadableError and nothing moved", r)
+	}
+	st.failKey, st.failWhole = "", true
+	res, err = l.Stack.DrainSeenMany(t.Context(), mode, 1, []oplog.Seen{{Agent: poisoned}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; r.Err == nil || errors.As(r.Err, &unread) {
+		t.Fatalf("a failed read of the whole batch: %v, want an error that is not an UnreadableError", r.Err)
+	}
+	st.failWhole = false
+	l.RequireExact(t, poisoned, mode, 3)
 }
 
 // A crash can stop a batch drain between any two storage calls. For every call k a clean batch drain
