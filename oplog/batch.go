@@ -323,6 +323,12 @@ func (s *Stack) drainLayers(ctx context.Context, mode Mode, layer int, seen []Se
 	})
 }
 
+// cut reports whether err is the end of ctx (or a cancellation or deadline the store met) rather than a
+// failure of its own.
+func cut(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // readToEnd is the upper bound of a read that takes whatever the layer holds.
 const readToEnd = Index(1<<63 - 1)
 
@@ -363,8 +369,10 @@ func (s *Stack) drainLayer(ctx context.Context, mode Mode, i int, live []int, se
 		switch {
 		case err != nil:
 			fail(k, err)
-		case r.Err != nil:
+		case r.Err != nil && !cut(ctx, r.Err):
 			fail(k, &UnreadableError{Layer: src.Name(), Err: r.Err})
+		case r.Err != nil:
+			fail(k, r.Err) // the drain's context ended the read: the cut's failure, not the key's
 		case !r.Exists: // a concurrent drain moved everything: no hop
 		case checkSeen && seen[at].movedOn(r.Last):
 			failed[k] = true

@@ -361,9 +361,10 @@ func (e *MovedOnError) Error() string {
 
 // UnreadableError is an agent's failure in a batched drain (DrainSeenMany, DrainMany) at the first read
 // of a layer, where the read of that agent's key failed on its own while the batch's read went on: its
-// data cannot be read (a file that is not a database, a key of another type). Nothing of the agent was
-// moved or dropped. The sweep counts it as the gate counts a read that fails, unreadable; an agent the
-// gate passed without a read (by stamps) meets its first read here.
+// data cannot be read (a file that is not a database, a key of another type); a read the drain's
+// context cut is not one. Nothing of the agent was moved or dropped. The sweep counts it as the gate
+// counts a read that fails, unreadable; an agent the gate passed without a read (by stamps) meets its
+// first read here.
 type UnreadableError struct {
 	Layer string
 	Err   error

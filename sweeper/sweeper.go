@@ -977,10 +977,10 @@ func (s *Sweeper) settle(ctx context.Context, r *route, res archived, d oplog.Dr
 	switch {
 	case errors.As(err, &movedOn):
 		res.outcome, res.current = OutcomeDeclined, movedOn.Last // moved on since the gate
-	case errors.As(err, &unread) && ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &unread):
 		// The agent's key could not be read, as when the gate's read fails (which it skips for an
 		// agent passed by stamps): unreadable, listed, tried again next pass. A read cut by the
-		// batch's context is the cut's, not the key's.
+		// batch's context is no UnreadableError: it stays a failed archive.
 		res.outcome, res.err = OutcomeUnreadable, unread.Err
 	case errors.Is(err, oplog.ErrErased):
 		res.outcome = OutcomeDeclined // erased during the step, which removed what it wrote below

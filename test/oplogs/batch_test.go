@@ -1,6 +1,7 @@
 package oplogs_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -134,6 +135,7 @@ func TestOplog_BatchDrainGivesEachAgentItsOwnOutcome(t *testing.T) {
 type partFailing struct {
 	is.Storage
 	failKey   string
+	failWith  error // the failed part's error; nil: a key that cannot be read
 	failWhole bool
 }
 
@@ -144,7 +146,7 @@ func (p *partFailing) ClosestLastMany(ctx context.Context, ns string, reqs []is.
 	out, err := is.ClosestLastMany(ctx, p.Storage, ns, reqs)
 	for i, r := range reqs {
 		if err == nil && r.Key == p.failKey {
-			out[i] = is.ClosestLastResult{Err: errors.New("injected: this key cannot be read")}
+			out[i] = is.ClosestLastResult{Err: cmp.Or(p.failWith, errors.New("injected: this key cannot be read"))}
 		}
 	}
 	return out, err
@@ -152,7 +154,7 @@ func (p *partFailing) ClosestLastMany(ctx context.Context, ns string, reqs []is.
 
 // An agent whose part of the batch's first read fails gets an UnreadableError, and nothing of it
 // moves, while the batch's other agents drain (the sweep counts it unreadable, as when the gate's read
-// fails); a failure of the whole read is no agent's UnreadableError.
+// fails); a failure of the whole read, or a part the drain's context cut, is no agent's UnreadableError.
 func TestOplog_BatchDrainNamesTheAgentItCouldNotRead(t *testing.T) {
 	st := &partFailing{Storage: memory.New()}
 	l := oplogtest.NewLayers(t, st, nil)
@@ -175,7 +177,15 @@ func TestOplog_BatchDrainNamesTheAgentItCouldNotRead(t *testing.T) {
 	if r := res[1]; !errors.As(r.Err, &unread) || r.Moved != 0 {
 		t.Fatalf("poisoned: %+v, want an UnreadableError and nothing moved", r)
 	}
-	st.failKey, st.failWhole = "", true
+	st.failWith = fmt.Errorf("injected: %w", context.DeadlineExceeded)
+	res, err = l.Stack.DrainSeenMany(t.Context(), mode, 1, []oplog.Seen{{Agent: poisoned}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; r.Err == nil || errors.As(r.Err, &unread) {
+		t.Fatalf("a part cut by a deadline: %v, want an error that is not an UnreadableError", r.Err)
+	}
+	st.failKey, st.failWith, st.failWhole = "", nil, true
 	res, err = l.Stack.DrainSeenMany(t.Context(), mode, 1, []oplog.Seen{{Agent: poisoned}})
 	if err != nil {
 		t.Fatal(err)
