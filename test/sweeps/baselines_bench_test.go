@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,13 +27,18 @@ import (
 	"github.com/stratalog/strata/test/oplogtest"
 )
 
-// agentsEnv sizes BenchmarkSweepStrandedBesideBaselines: stranded agents per archiver and round.
-const agentsEnv = "STRATA_BENCH_AGENTS"
+// agentsEnv sizes BenchmarkSweepStrandedBesideBaselines: stranded agents per archiver and round;
+// layoutEnv chooses the sweep's blob layout (benchLayout).
+const (
+	agentsEnv = "STRATA_BENCH_AGENTS"
+	layoutEnv = "STRATA_BENCH_LAYOUT"
+)
 
 // BenchmarkSweepStrandedBesideBaselines: per backend with an engine (memory has none; BesideRaw
 // measures it) and blob store, in one run on one store, each iteration a round of three drains of
 // freshly stranded agents (STRATA_BENCH_AGENTS, default 10,000, three entries each), in an order that
-// rotates from round to round: the sweep (default budgets, ticks back to back, both passes of the gate);
+// rotates from round to round: the sweep (default budgets, ticks back to back, both passes of the gate;
+// its blob layout STRATA_BENCH_LAYOUT's, packed by default);
 // baseline's per-agent archiver (an independent one: the engine's own client, 4 workers, a page of keys
 // with their last ids, then per agent its rows, a blob a row, one bounded delete under the index's
 // lock); and baseline's batched one (a page of 128 agents read in one statement and dropped in one).
@@ -70,7 +76,7 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 				var calls oplogtest.CallCounter
 				st := be.Open(b)
 				blobs := bs.open(b)
-				r := oplogtest.NewSweepRigOn(b, oplogtest.NewLayers(b, calls.Wrap(st), blobs), cfg)
+				r := oplogtest.NewSweepRigOn(b, oplogtest.NewLayersIn(b, calls.Wrap(st), blobs, benchLayout()), cfg)
 				var counts [2]baseline.Counts // raw, batched
 				opts := baseline.Options{Blobs: blobs, Workers: cfg.MaxConcurrency, PageSize: cfg.PageSize, Counts: &counts[0]}
 				batchedOpts := opts
@@ -79,7 +85,7 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 				if !ok {
 					b.Skipf("no engine under %s", be.Name)
 				}
-				b.Logf("%s; rt: %s", eng.Describe(), map[bool]string{true: "requests strata's client sent", false: "strata's storage calls"}[eng.StrataRoundTrips != nil])
+				b.Logf("%s; the sweep's blob layout: %s; rt: %s", eng.Describe(), benchLayout(), map[bool]string{true: "requests strata's client sent", false: "strata's storage calls"}[eng.StrataRoundTrips != nil])
 
 				type tally struct {
 					time time.Duration
@@ -276,4 +282,16 @@ func isolatePostgres(b *testing.B) {
 	}
 	u.Path = "/" + benchDatabase
 	b.Setenv(testenv.PostgresEnv, u.String())
+}
+
+// benchLayout is the blob layout of the sweep's stack in BenchmarkSweepStrandedBesideBaselines:
+// STRATA_BENCH_LAYOUT, or the default (packed). "chunks" gives the sweep the baselines' own work below
+// (a blob an agent, no blob index), to compare the archive phases like for like; packed also writes
+// a blob index row an agent into the same storage, which the baselines do not. A layout the stack
+// does not know fails the benchmark when the stack is built.
+func benchLayout() string {
+	if l := os.Getenv(layoutEnv); l != "" {
+		return l
+	}
+	return archive.LayoutPacked
 }
