@@ -204,10 +204,10 @@ func DecodeSegment(segment []byte) ([]PackedChunk, error) {
 // PackedChunkBytes checks the bytes a ranged read returned for e against e (length, CRC) and that
 // they are a chunk of e's span, and returns them.
 func PackedChunkBytes(e PackedChunk, data []byte) ([]byte, error) {
-	if uint64(len(data)) != e.Length || crc32.Checksum(data, castagnoli) != e.CRC {
+	if sum := crc32.Checksum(data, castagnoli); uint64(len(data)) != e.Length || sum != e.CRC {
 		// Either the chunk's bytes or the row that lists them are damaged: both errors match.
-		return nil, fmt.Errorf("%w: %w: chunk %d..%d of %q: %d bytes that do not match the CRC listed for its %d",
-			ErrCorruptSegment, ErrCorruptChunk, e.First, e.Last, e.Key, len(data), e.Length)
+		return nil, fmt.Errorf("%w: %w: chunk %d..%d of %q: read %d bytes with CRC %08x where its listing says %d bytes with CRC %08x",
+			ErrCorruptSegment, ErrCorruptChunk, e.First, e.Last, e.Key, len(data), sum, e.Length, e.CRC)
 	}
 	first, last, err := ChunkSpan(data)
 	if err != nil {

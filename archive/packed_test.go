@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"slices"
 	"strings"
@@ -98,6 +99,25 @@ func TestSegment_EveryFlippedByteIsCaught(t *testing.T) {
 		if !caught {
 			t.Fatalf("byte %d of the body flipped went unnoticed", i)
 		}
+	}
+}
+
+// A chunk's bytes that fail their listing's check are named with what was read and what the listing
+// says, so an operator can tell a short read from flipped bytes.
+func TestPackedChunkBytes_NamesWhatWasReadAndWhatIsListed(t *testing.T) {
+	_, seg, entries := sampleSegment(t)
+	e := entries[0]
+	bad := bytes.Clone(seg[e.Offset : e.Offset+e.Length])
+	bad[0] ^= 0x20
+	_, err := archive.PackedChunkBytes(e, bad)
+	want := fmt.Sprintf("read %d bytes with CRC %08x where its listing says %d bytes with CRC %08x",
+		len(bad), crc32.Checksum(bad, crc32.MakeTable(crc32.Castagnoli)), e.Length, e.CRC)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("flipped: %v; want it to say %q", err, want)
+	}
+	_, err = archive.PackedChunkBytes(e, seg[e.Offset:e.Offset+e.Length-1])
+	if want := fmt.Sprintf("read %d bytes", e.Length-1); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("short: %v; want it to say %q", err, want)
 	}
 }
 
