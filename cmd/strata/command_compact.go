@@ -32,8 +32,11 @@ Prints a line per mode and blob level: segments examined, young, whole, compacte
 and the dead chunks and bytes left out; with --json, one JSON object per mode and level (JSON Lines).
 --dry-run writes nothing and reports what it would rewrite.
 
-Exit 0 when it ran; 1 when a store could not be opened or a storage call failed (run it again). It
-creates nothing: the stores must exist.`
+Exit 0 when every segment examined was rewritten or needed no rewrite; 1 when a store could not be
+opened or a storage call failed (run it again), or when a segment was left as it was for a reason of
+its own (listed "kept as it is": a footer, row or chunk that does not decode, a lookup the storage
+refused), because any erased or expired bytes it holds are still there (strata verify names the agents
+whose chunks it holds). It creates nothing: the stores must exist.`
 
 // compactCommand is `strata compact`.
 func (a *app) compactCommand() *cobra.Command {
@@ -101,6 +104,15 @@ func compact(ctx context.Context, stdout redactingWriter, cfg config.Config, opt
 	printCompactReports(stdout, reports, asJSON)
 	if runErr != nil {
 		return fmt.Errorf("compact: %w (run it again)", runErr)
+	}
+	// A one-shot does not report success with work left: a segment it could not rewrite may hold the
+	// very bytes an erasure or retention counts on compact to remove.
+	left := 0
+	for _, r := range reports {
+		left += len(r.Failed)
+	}
+	if left > 0 {
+		return fmt.Errorf("compact: %d segments left as they were (\"kept as it is\" above), with whatever erased or expired bytes they hold; strata verify names the agents whose chunks they hold", left)
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +16,10 @@ import (
 	"github.com/stratalog/strata/oplog"
 )
 
-// Two agents archived in one segment two hours ago, one of them erased: strata compact rewrites the
-// segment without the erased chunk, and the other agent reads back whole through the move.
-func TestBinary_CompactRewritesASegmentHoldingAnErasedChunk(t *testing.T) {
+// compactDeployment archives two agents of 30 entries in one segment two hours ago (older than any
+// grace) and erases the first: the segment holds an erased chunk beside a live one.
+func compactDeployment(t *testing.T) (deployment, *fsblob.Store, *oplog.Stack, []oplog.AgentID, string) {
+	t.Helper()
 	ctx := t.Context()
 	d := newDeployment(t, "", "")
 	st, err := sqlite.New(ctx, filepath.Join(d.dir, "strata.db"), nil)
@@ -52,6 +56,15 @@ func TestBinary_CompactRewritesASegmentHoldingAnErasedChunk(t *testing.T) {
 	if _, err := stack.Erase(ctx, agents[0], oplog.Ephemeral); err != nil {
 		t.Fatal(err)
 	}
+	return d, blobs, stack, agents, before[0]
+}
+
+// Two agents archived in one segment two hours ago, one of them erased: strata compact rewrites the
+// segment without the erased chunk, and the other agent reads back whole through the move.
+func TestBinary_CompactRewritesASegmentHoldingAnErasedChunk(t *testing.T) {
+	ctx := t.Context()
+	d, blobs, stack, agents, segment := compactDeployment(t)
+	before := []string{segment}
 	code, out, errOut := runBinary(t, nil, "compact", "--dry-run", "--config", d.config)
 	if code != 0 || !strings.Contains(out, "COMPACTED") || len(segmentsOf(t, blobs)) != 1 || segmentsOf(t, blobs)[0] != before[0] {
 		t.Fatalf("compact --dry-run: exit %d\n%s%s", code, out, errOut)
@@ -76,5 +89,40 @@ func TestBinary_CompactRewritesASegmentHoldingAnErasedChunk(t *testing.T) {
 	got, err := stack.Read(ctx, agents[1], oplog.Ephemeral, 1, 100)
 	if err != nil || len(got) != 30 {
 		t.Fatalf("the agent kept reads %d entries (%v), want 30", len(got), err)
+	}
+}
+
+// A segment compact cannot rewrite (a live chunk beside the erased one fails its CRC) is left as it
+// was, with the erased bytes in it: the run did not do its work, so it exits 1 and names the segment,
+// dry run or not; the segment is untouched.
+func TestCompact_ExitsOneWhenASegmentHoldingErasedBytesIsLeftAsItWas(t *testing.T) {
+	d, blobs, _, agents, segment := compactDeployment(t)
+	file := filepath.Join(d.dir, "blobs", filepath.FromSlash(segment))
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks, err := archive.DecodeSegment(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(chunks, func(c archive.PackedChunk) bool { return c.Key == agents[1].StoredKey() })
+	if i < 0 {
+		t.Fatalf("no chunk of %s in the segment", agents[1])
+	}
+	data[chunks[i].Offset+chunks[i].Length/2] ^= 0x20 // the live agent's chunk, not the erased one's
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--dry-run"}, nil} {
+		code, out, errOut := runIn(append([]string{"compact", "--config", d.config}, args...)...)
+		if code != 1 || !strings.Contains(out, "kept as it is: "+segment) ||
+			!strings.Contains(errOut, "1 segments left as they were") {
+			t.Fatalf("compact %q: exit %d, want 1 naming the segment\n%s%s", args, code, out, errOut)
+		}
+		after, err := os.ReadFile(file)
+		if err != nil || !bytes.Equal(after, data) || !slices.Equal(segmentsOf(t, blobs), []string{segment}) {
+			t.Fatalf("compact %q changed the segments: %q (%v)", args, segmentsOf(t, blobs), err)
+		}
 	}
 }
