@@ -112,7 +112,7 @@ func compact(ctx context.Context, stdout redactingWriter, cfg config.Config, opt
 		left += len(r.Failed)
 	}
 	if left > 0 {
-		return fmt.Errorf("compact: %d segments left as they were (\"kept as it is\" above), with whatever erased or expired bytes they hold; strata verify names the agents whose chunks they hold", left)
+		return fmt.Errorf("compact: segments left as they were: %d (\"kept as it is\" above), with whatever erased or expired bytes they hold; strata verify names the agents whose chunks they hold", left)
 	}
 	return nil
 }
