@@ -8,10 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/stratalog/strata/archive"
 	"github.com/stratalog/strata/backends/memory"
 	"github.com/stratalog/strata/backends/multisqlite"
 	is "github.com/stratalog/strata/indexedstorage"
+	"github.com/stratalog/strata/internal/testenv"
 	"github.com/stratalog/strata/oplog"
 	"github.com/stratalog/strata/test/backendtest"
 	"github.com/stratalog/strata/test/baseline"
@@ -141,5 +144,39 @@ func TestBaselines_ArchiveEveryAgentAndLeaveNothing(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRedisCommandStats_CountsWhatTheServerDid: a script of 20,000 calls into Redis moves the
+// server's counts by at least its calls and script, and its CPU time forward (other clients of the
+// server can only add to them).
+func TestRedisCommandStats_CountsWhatTheServerDid(t *testing.T) {
+	opts, err := goredis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewClient(opts)
+	defer client.Close()
+	before, err := baseline.RedisCommandStats(t.Context(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := testenv.RedisPrefix(t, testenv.RedisURL(t)) + "none"
+	const calls = 20000
+	if err := client.Eval(t.Context(), "for i = 1, tonumber(ARGV[1]) do redis.call('ZRANGEBYLEX', KEYS[1], '-', '+') end return 1", []string{key}, calls).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := baseline.RedisCommandStats(t.Context(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Calls - before.Calls; d < calls+1 {
+		t.Errorf("calls moved by %d, want at least %d", d, calls+1)
+	}
+	if d := after.Scripts - before.Scripts; d < 1 {
+		t.Errorf("scripts moved by %d, want at least 1", d)
+	}
+	if after.CPU <= before.CPU {
+		t.Errorf("server CPU went from %v to %v over %d calls", before.CPU, after.CPU, calls)
 	}
 }

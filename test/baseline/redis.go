@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -208,53 +211,74 @@ func (r *Redis) Batched(ctx context.Context, ns string) (int, error) {
 	return archived, err
 }
 
-// RedisStats is what INFO commandstats counts, summed over the servers.
+// RedisStats is what INFO commandstats and INFO cpu count, summed over the servers.
 type RedisStats struct {
 	Calls   int64 // every command executed, those run by scripts included, INFO left out
 	Scripts int64 // EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO
+	// CPU is the server processes' CPU time (used_cpu_user + used_cpu_sys): on a server of one
+	// thread, the work every client asked of it, what commandstats' usec leaves out (reading and
+	// parsing requests, writing replies, a script's calls into Redis) included.
+	CPU time.Duration
 }
 
-// RedisCommandStats reads INFO commandstats of the server (every master of a cluster). The counts are
-// the server's: they include every other client's commands.
+// RedisCommandStats reads INFO commandstats and INFO cpu of the server (every master of a cluster).
+// The counts are the server's: they include every other client's commands.
 func RedisCommandStats(ctx context.Context, client goredis.UniversalClient) (RedisStats, error) {
 	var total RedisStats
-	add := func(info string) {
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || !strings.HasPrefix(name, "cmdstat_") {
-				continue
-			}
-			name = strings.TrimPrefix(name, "cmdstat_")
-			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-			n, err := strconv.ParseInt(calls, 10, 64)
-			if err != nil || name == "info" {
-				continue
-			}
-			total.Calls += n
-			switch name {
-			case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
-				total.Scripts += n
-			}
-		}
-	}
 	if c, ok := client.(*goredis.ClusterClient); ok {
-		var mu = make(chan struct{}, 1)
+		var mu sync.Mutex
 		err := c.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
-			info, err := node.Info(ctx, "commandstats").Result()
+			info, err := node.Info(ctx, "commandstats", "cpu").Result()
 			if err != nil {
 				return err
 			}
-			mu <- struct{}{}
-			add(info)
-			<-mu
+			mu.Lock()
+			defer mu.Unlock()
+			total = total.plus(parseRedisInfo(info))
 			return nil
 		})
 		return total, err
 	}
-	info, err := client.Info(ctx, "commandstats").Result()
+	info, err := client.Info(ctx, "commandstats", "cpu").Result()
 	if err != nil {
 		return total, err
 	}
-	add(info)
-	return total, nil
+	return parseRedisInfo(info), nil
+}
+
+func (s RedisStats) plus(o RedisStats) RedisStats {
+	return RedisStats{Calls: s.Calls + o.Calls, Scripts: s.Scripts + o.Scripts, CPU: s.CPU + o.CPU}
+}
+
+// parseRedisInfo reads the counts of RedisStats from the text of one server's INFO commandstats and
+// INFO cpu; lines it does not know are left out.
+func parseRedisInfo(info string) RedisStats {
+	var st RedisStats
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			if secs, err := strconv.ParseFloat(rest, 64); err == nil {
+				st.CPU += time.Duration(math.Round(secs*1e6)) * time.Microsecond // INFO gives µs
+			}
+			continue
+		}
+		name, ok = strings.CutPrefix(name, "cmdstat_")
+		if !ok || name == "info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			continue
+		}
+		st.Calls += n
+		switch name {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
+			st.Scripts += n
+		}
+	}
+	return st
 }

@@ -58,8 +58,8 @@ const (
 //     each one transaction on SQLite; on multi-SQLite a batch call commits once a file, so there it is
 //     a lower bound).
 //   - cmds and scripts (Redis, Redis Cluster): INFO commandstats calls (commands scripts run included)
-//     and script calls (EVALSHA, EVAL, …), server-wide: other clients of the server count too, so run
-//     it alone.
+//     and script calls (EVALSHA, EVAL, …), and server-µs, the servers' CPU time (INFO cpu, user and
+//     system), server-wide: other clients of the server count too, so run it alone.
 func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 	n := testenv.PositiveInt(b, agentsEnv, benchAgents)
 	ns := oplog.CompressedNamespace(oplog.Ephemeral, 1)
@@ -94,6 +94,7 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 					// the engine counts them (xact_commit, or commandstats calls and script calls),
 					// and writes the write transactions PostgreSQL assigned an id to.
 					agents, rt, commits, engine, scripts, writes int64
+					serverCPU                                    time.Duration
 				}
 				var sweep, rawT, batchT tally
 				phases := []struct {
@@ -166,6 +167,7 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 							ph.t.engine += d.N
 							ph.t.scripts += d.Scripts
 							ph.t.writes += d.Writes
+							ph.t.serverCPU += d.ServerCPU
 						}
 						requireDrainedBy(b, ph.name, r, st, blobs, ns, agents)
 						calls.Reset()
@@ -182,6 +184,7 @@ func BenchmarkSweepStrandedBesideBaselines(b *testing.B) {
 					case "cmds":
 						b.ReportMetric(float64(t.engine)/agents, name+"-cmds/agent")
 						b.ReportMetric(float64(t.scripts)/agents, name+"-scripts/agent")
+						b.ReportMetric(float64(t.serverCPU.Microseconds())/agents, name+"-server-µs/agent")
 					default:
 						b.ReportMetric(float64(t.commits)/agents, name+"-commits/agent")
 					}

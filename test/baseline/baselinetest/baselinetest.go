@@ -8,6 +8,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,10 +46,13 @@ type Engine struct {
 
 // Counted is one reading of an engine's counter.
 type Counted struct {
-	N        int64 // xact_commit, or commandstats calls
-	Scripts  int64 // Redis: script calls among N
-	Writes   int64 // PostgreSQL: write transactions (transaction ids assigned), of the whole cluster
-	overhead int64 // commits the reading itself made and counted (PostgreSQL)
+	N       int64 // xact_commit, or commandstats calls
+	Scripts int64 // Redis: script calls among N
+	Writes  int64 // PostgreSQL: write transactions (transaction ids assigned), of the whole cluster
+	// ServerCPU is the server's CPU time (Redis: used_cpu_user + used_cpu_sys of every master); zero
+	// where it is not read.
+	ServerCPU time.Duration
+	overhead  int64 // commits the reading itself made and counted (PostgreSQL)
 }
 
 // Minus is what the engine counted between before and c, less what the readings themselves cost.
@@ -58,7 +62,7 @@ func (c Counted) Minus(before Counted) Counted {
 	if before.overhead > 0 {
 		extra++
 	}
-	return Counted{N: c.N - before.N - extra, Scripts: c.Scripts - before.Scripts, Writes: c.Writes - before.Writes}
+	return Counted{N: c.N - before.N - extra, Scripts: c.Scripts - before.Scripts, Writes: c.Writes - before.Writes, ServerCPU: c.ServerCPU - before.ServerCPU}
 }
 
 // For builds the baselines over st's engine, the per-agent one with opts and the batched one with
@@ -101,7 +105,7 @@ func For(tb testing.TB, st is.Storage, opts, batched baseline.Options) (Engine, 
 			Unit:     "cmds",
 			Counter: func(ctx context.Context) (Counted, error) {
 				st, err := baseline.RedisCommandStats(ctx, client)
-				return Counted{N: st.Calls, Scripts: st.Scripts}, err
+				return Counted{N: st.Calls, Scripts: st.Scripts, ServerCPU: st.CPU}, err
 			},
 			StrataRoundTrips: &strata,
 		}, true
