@@ -221,14 +221,15 @@ type RedisStats struct {
 	CPU time.Duration
 }
 
-// RedisCommandStats reads INFO commandstats and INFO cpu of the server (every master of a cluster).
-// The counts are the server's: they include every other client's commands.
+// RedisCommandStats reads INFO commandstats and INFO cpu of the server (every master of a cluster),
+// through INFO all: INFO takes one section before Redis 7. The counts are the server's: they include
+// every other client's commands.
 func RedisCommandStats(ctx context.Context, client goredis.UniversalClient) (RedisStats, error) {
 	var total RedisStats
 	if c, ok := client.(*goredis.ClusterClient); ok {
 		var mu sync.Mutex
 		err := c.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
-			info, err := node.Info(ctx, "commandstats", "cpu").Result()
+			info, err := node.Info(ctx, "all").Result()
 			if err != nil {
 				return err
 			}
@@ -239,7 +240,7 @@ func RedisCommandStats(ctx context.Context, client goredis.UniversalClient) (Red
 		})
 		return total, err
 	}
-	info, err := client.Info(ctx, "commandstats", "cpu").Result()
+	info, err := client.Info(ctx, "all").Result()
 	if err != nil {
 		return total, err
 	}
