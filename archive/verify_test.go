@@ -29,8 +29,14 @@ func newVerifyRig(t *testing.T, k oplogtest.BlobKind, layout string) verifyRig {
 		l.Write(t, a, oplog.Ephemeral, 1, 2100+i, oplogtest.Seeded(t)) // at least three chunks each
 	}
 	for _, batch := range [][]oplog.AgentID{r.agents[:3], r.agents[3:]} {
-		if _, err := l.Stack.DrainMany(t.Context(), oplog.Ephemeral, batch); err != nil {
+		out, err := l.Stack.DrainMany(t.Context(), oplog.Ephemeral, batch)
+		if err != nil {
 			t.Fatal(err)
+		}
+		for i, res := range out {
+			if res.Err != nil || res.Moved < 2100 {
+				t.Fatalf("drain %s: moved %d entries (%v), want every one", batch[i], res.Moved, res.Err)
+			}
 		}
 	}
 	return r

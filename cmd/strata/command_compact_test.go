@@ -46,8 +46,14 @@ func compactDeployment(t *testing.T) (deployment, *fsblob.Store, *oplog.Stack, [
 	}
 	stack = stack.WithTombstones(st)
 	agents := strandAgents(t, stack, 2, 30)
-	if _, err := stack.DrainMany(ctx, oplog.Ephemeral, agents); err != nil {
+	drained, err := stack.DrainMany(ctx, oplog.Ephemeral, agents)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for i, res := range drained {
+		if res.Err != nil || res.Moved == 0 {
+			t.Fatalf("drain %s: moved %d (%v)", agents[i], res.Moved, res.Err)
+		}
 	}
 	before := segmentsOf(t, blobs)
 	if len(before) != 1 {

@@ -38,10 +38,30 @@ func Handler(autoBucket bool, buckets ...string) (http.Handler, *s3mem.Backend, 
 			return nil, nil, fmt.Errorf("s3local: create bucket %q: %w", b, err)
 		}
 	}
+	var served gofakes3.Backend = backend
+	if autoBucket {
+		served = autoBuckets{backend}
+	}
 	// No time-skew limit: the tests' clock is the server's clock, and a slow CI host must not turn
 	// signed requests into RequestTimeTooSkewed.
-	faker := gofakes3.New(backend, gofakes3.WithAutoBucket(autoBucket), gofakes3.WithTimeSkewLimit(0))
+	faker := gofakes3.New(served, gofakes3.WithTimeSkewLimit(0))
 	return faker.Server(), backend, nil
+}
+
+// autoBuckets is the backend with every bucket a request names made on first use, in one step.
+// gofakes3's own WithAutoBucket checks and then creates, so of two first requests racing to a new bucket
+// the loser's create failed and it answered NoSuchBucket (a batch's first list and first put go out
+// together). Here a bucket that a racing request made first counts as made.
+type autoBuckets struct{ *s3mem.Backend }
+
+func (b autoBuckets) BucketExists(name string) (bool, error) {
+	if ok, err := b.Backend.BucketExists(name); ok || err != nil {
+		return ok, err
+	}
+	if err := b.Backend.CreateBucket(name); err != nil && !gofakes3.HasErrorCode(err, gofakes3.ErrBucketAlreadyExists) {
+		return false, err
+	}
+	return true, nil
 }
 
 // Start serves the S3 API on addr (host:port; port 0 picks one), which must be a loopback address.
